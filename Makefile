@@ -1,0 +1,30 @@
+# The two commands of the README. Everything the project needs is installed here, into .venv.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.specdec-installed
+# A pinned torch: an unpinned one pulls gigabytes of CUDA packages on a CPU machine.
+TORCH  ?= torch==2.13.0
+
+.PHONY: demo test env labs clean
+
+$(STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q "$(TORCH)"
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+env: $(STAMP)
+
+demo: $(STAMP)
+	MPLBACKEND=Agg $(BIN)/specdec tour
+
+test: $(STAMP)
+	MPLBACKEND=Agg $(BIN)/python -m pytest -q
+
+# Regenerate labs/ from solutions/ (never edit labs/ by hand).
+labs: $(STAMP)
+	$(BIN)/specdec labs
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

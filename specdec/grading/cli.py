@@ -1,0 +1,115 @@
+"""`specdec grade NOTEBOOK...`: run each notebook in its own process, check it, report the scores.
+
+Exit status 0 when every notebook was graded, whatever the scores; 1 when grading could not run
+for some notebook (not a notebook, no checks for its lab); 2 for bad arguments (a missing file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+from specdec.cli import UsageError
+from specdec.grading import report, runner
+from specdec.grading.results import Limits, NotebookResult
+
+
+EPILOG = """Each notebook runs in a worker process of its own (IPython, MPLBACKEND=Agg) in the
+notebook's folder. The checks of every lab whose labN.qM ids the notebook names are run, all of
+them. SPECDEC_EXTRA_CHECKS=mod1,mod2 registers the checks of more modules (importable by the
+worker, e.g. through PYTHONPATH): the grader's own test fixtures use it."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    defaults = Limits()
+    parser.epilog = EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("notebooks", nargs="+", metavar="NOTEBOOK", help="notebooks to grade")
+    parser.add_argument("--json", metavar="PATH",
+                        help="write Gradescope's results.json (for several notebooks: a list, each with `notebook`)")
+    parser.add_argument("--csv", metavar="PATH", help="write a row per notebook: notebook, total, max_score, each exercise")
+    parser.add_argument("--cell-timeout", type=float, default=defaults.cell_timeout, metavar="S",
+                        help=f"seconds per cell before it is interrupted (default {defaults.cell_timeout:g})")
+    parser.add_argument("--check-timeout", type=float, default=defaults.check_timeout, metavar="S",
+                        help=f"seconds per exercise check (default {defaults.check_timeout:g})")
+    parser.add_argument("--timeout", type=float, default=defaults.total_timeout, metavar="S",
+                        help=f"seconds per notebook in all, then it is killed (default {defaults.total_timeout:g})")
+    parser.add_argument("--lab", type=int, action="append", metavar="N",
+                        help="grade as lab N (default: the labs whose labN.qM ids the notebook names)")
+    parser.add_argument("-j", "--jobs", type=int, default=1, metavar="N", help="notebooks graded at once (default 1)")
+
+
+def _validate(args: argparse.Namespace) -> None:
+    """Refuse bad arguments before hours of grading, not after."""
+    for nb in args.notebooks:
+        path = Path(nb)
+        if not path.exists():
+            raise UsageError(f"{nb}: no such file")
+        if path.is_dir():
+            raise UsageError(f"{nb}: is a directory, not a notebook")
+    for name in ("cell_timeout", "check_timeout", "timeout"):
+        if not getattr(args, name) > 0:
+            raise UsageError(f"--{name.replace('_', '-')} must be a positive number of seconds")
+    if args.jobs < 1:
+        raise UsageError("--jobs must be at least 1")
+    for out in (args.json, args.csv):
+        if out and not Path(out).resolve().parent.is_dir():
+            raise UsageError(f"{out}: its folder does not exist")
+
+
+def grade_all(args: argparse.Namespace, limits: Limits) -> list[NotebookResult]:
+    """Grade every notebook, printing each summary in order and a progress line as each ends."""
+    paths: list[str] = args.notebooks
+    several = len(paths) > 1
+    done = 0
+    lock = threading.Lock()
+
+    def one(path: str) -> NotebookResult:
+        nonlocal done
+        result = runner.grade_notebook(path, limits, args.lab)
+        with lock:
+            done += 1
+            if several:
+                score = "failed" if result.error else f"{report.points(result.score)}/{report.points(result.max_score)}"
+                print(f"[{done}/{len(paths)}] {path}: {score} ({result.execution_time:.1f}s)", file=sys.stderr, flush=True)
+        return result
+
+    results: list[NotebookResult] = []
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures: list[Future[NotebookResult]] = [pool.submit(one, p) for p in paths]
+        try:
+            for fut in futures:
+                results.append(fut.result())
+                print(report.summary(results[-1]) + ("\n" if several else ""), flush=True)
+        except KeyboardInterrupt:
+            for fut in futures:
+                fut.cancel()
+            runner.stop_all()
+            raise
+    return results
+
+
+def _write(path: str, text: str) -> None:
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot write: {exc.strerror or exc}") from None
+
+
+def main(args: argparse.Namespace) -> int:
+    _validate(args)
+    limits = Limits(cell_timeout=args.cell_timeout, check_timeout=args.check_timeout, total_timeout=args.timeout)
+    results = grade_all(args, limits)
+    if args.json:
+        _write(args.json, report.results_json(results, single=len(results) == 1))
+    if args.csv:
+        _write(args.csv, report.results_csv(results))
+    failed = [r for r in results if r.error]
+    for r in failed:
+        msg = r.error.splitlines()[0]
+        where = "" if msg.startswith(r.notebook) else f"{r.notebook}: "
+        print(f"specdec grade: error: {where}{msg}", file=sys.stderr)
+    return 1 if failed else 0

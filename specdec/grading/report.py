@@ -1,0 +1,96 @@
+"""Grading results as Gradescope's results.json, a CSV table (a row per notebook), and a summary."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any
+
+from specdec.grading.registry import EXERCISE_ID
+from specdec.grading.results import NotebookResult
+
+SUMMARY_PROBLEMS = 10  # notebook-level problems listed in the summary; the rest are counted
+
+
+def points(x: float) -> str:
+    """2.0 -> "2", 1.3333 -> "1.3333"."""
+    return f"{x:.4f}".rstrip("0").rstrip(".")
+
+
+def notebook_output(result: NotebookResult) -> str:
+    """The top-level `output` of results.json: what went wrong outside the exercises."""
+    lines = []
+    if result.error:
+        lines.append(f"Grading failed: {result.error}")
+    if result.problems:
+        lines.append("Problems while running the notebook:")
+        lines += [f"- {p}" for p in result.problems]
+    return "\n".join(lines)
+
+
+def gradescope(result: NotebookResult) -> dict[str, Any]:
+    """The results.json object of one notebook, in Gradescope's shape."""
+    return {
+        "score": result.score,
+        "max_score": result.max_score,
+        "execution_time": result.execution_time,
+        "output": notebook_output(result),
+        "tests": [
+            {"name": f"{t.id}: {t.title}", "score": t.score, "max_score": t.max_score, "output": t.output}
+            for t in result.tests
+        ],
+    }
+
+
+def results_json(results: list[NotebookResult], single: bool) -> str:
+    """One object for a single notebook (Gradescope's file); else a list, each with its `notebook`."""
+    if single:
+        doc: Any = gradescope(results[0])
+    else:
+        doc = [{"notebook": r.notebook, **gradescope(r)} for r in results]
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+
+
+def _id_key(ex_id: str) -> tuple[int, int]:
+    m = EXERCISE_ID.fullmatch(ex_id)
+    return (int(m.group(1)), int(m.group(2))) if m else (1 << 30, 0)
+
+
+def results_csv(results: list[NotebookResult]) -> str:
+    """A row per notebook: notebook, total, max_score, then the points of each exercise id."""
+    ids = sorted({t.id for r in results for t in r.tests}, key=_id_key)
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(["notebook", "total", "max_score", *ids])
+    for r in results:
+        got = {t.id: points(t.score) for t in r.tests}
+        writer.writerow([r.notebook, points(r.score), points(r.max_score), *(got.get(i, "") for i in ids)])
+    return buf.getvalue()
+
+
+def _indent(text: str, prefix: str) -> list[str]:
+    return [prefix + line for line in text.splitlines()]
+
+
+def summary(result: NotebookResult) -> str:
+    """What a person reads: each exercise with its points and feedback, the total, the problems."""
+    lines = [result.notebook]
+    if result.error:
+        lines.append(f"  grading failed: {result.error}")
+    width = max((len(t.id) for t in result.tests), default=0)
+    for t in result.tests:
+        first, *rest = (t.output or "").splitlines() or [""]
+        score = f"{points(t.score)}/{points(t.max_score)}"
+        lines.append(f"  {t.id:<{width}}  {score:>9}  {t.title}: {first}")
+        lines += _indent("\n".join(rest), " " * (width + 15))
+    lines.append(f"  {'total':<{width}}  {points(result.score) + '/' + points(result.max_score):>9}"
+                 f"  ({result.execution_time:.1f}s)")
+    if result.problems:
+        lines.append(f"  problems while running the notebook ({len(result.problems)}):")
+        for p in result.problems[:SUMMARY_PROBLEMS]:
+            first, *rest = p.splitlines()
+            lines.append(f"    {first[:200]}" + (" [...]" if rest or len(first) > 200 else ""))
+        if len(result.problems) > SUMMARY_PROBLEMS:
+            lines.append(f"    ... and {len(result.problems) - SUMMARY_PROBLEMS} more")
+    return "\n".join(lines)

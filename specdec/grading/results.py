@@ -1,0 +1,55 @@
+"""What grading a notebook produces: per-exercise results, notebook-level problems, limits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Limits:
+    """Time limits in seconds."""
+
+    cell_timeout: float = 300.0  # per cell: interrupted, then the next cell runs
+    check_timeout: float = 60.0  # per check: a zero for that exercise
+    total_timeout: float = 1800.0  # the whole notebook: the worker is killed
+
+
+@dataclass
+class ExerciseResult:
+    """One exercise: points earned out of max_score, and the feedback."""
+
+    id: str
+    title: str
+    score: float
+    max_score: float
+    output: str
+
+
+@dataclass
+class NotebookResult:
+    """A graded notebook. `error` is set when grading itself could not run."""
+
+    notebook: str
+    tests: list[ExerciseResult] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # cell errors, timeouts, a dead worker
+    execution_time: float = 0.0
+    error: str | None = None  # e.g. not a notebook, no checks for its lab: the CLI exits non-zero
+
+    @property
+    def score(self) -> float:
+        return round(sum(t.score for t in self.tests), 4)
+
+    @property
+    def max_score(self) -> float:
+        return round(sum(t.max_score for t in self.tests), 4)
+
+
+@dataclass
+class WorkerRun:
+    """What came back from one worker process."""
+
+    data: dict[str, Any] | None  # its results file; None if it wrote none
+    returncode: int
+    timed_out: bool
+    output_tail: str

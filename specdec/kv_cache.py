@@ -1,0 +1,57 @@
+"""A preallocated KV cache with per-row lengths, provisional writes, commit and rollback.
+
+Slot s of a row holds the key/value of the token at absolute position s. A verify step writes
+its k+1 positions *provisionally* past the committed length; `commit` moves a row's length over
+the accepted prefix and whatever lies beyond is simply ignored (rollback moves lengths back).
+Nothing is ever copied: attention masks by position, and stale slots are overwritten later.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class KVCache:
+    def __init__(self, num_layers: int, batch: int, num_kv_heads: int, head_dim: int,
+                 max_len: int, device="cpu", dtype=torch.float32) -> None:
+        shape = (batch, num_kv_heads, max_len, head_dim)  # [B, nkv, S, D]
+        self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(num_layers)]
+        self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(num_layers)]
+        self.lengths = torch.zeros(batch, dtype=torch.long, device=device)  # committed tokens per row
+        self.max_len = max_len
+        self.batch = batch
+
+    @classmethod
+    def for_model(cls, model, batch: int, max_len: int) -> "KVCache":
+        cfg = model.config
+        p = next(model.parameters())
+        n_layers = getattr(model, "num_cache_layers", cfg.num_hidden_layers)
+        return cls(n_layers, batch, cfg.num_key_value_heads, cfg.head_dim, max_len, p.device, p.dtype)
+
+    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor) -> None:
+        """Store k, v [B, nkv, T, D] at absolute positions [B, T] (a provisional write)."""
+        B, T = positions.shape
+        rows = torch.arange(B, device=positions.device).view(B, 1).expand(B, T)
+        # Advanced indices around a slice put [B, T] first: the value must be [B, T, nkv, D].
+        self.k[layer][rows, :, positions] = k.transpose(1, 2)
+        self.v[layer][rows, :, positions] = v.transpose(1, 2)
+
+    def positions(self, width: int) -> torch.Tensor:
+        """Positions of the next `width` tokens of every row: [B, width]."""
+        return self.lengths.unsqueeze(1) + torch.arange(width, device=self.lengths.device)
+
+    def commit(self, n_tokens: torch.Tensor | int) -> None:
+        """Keep the next n_tokens [B] provisional slots of each row (the accepted prefix)."""
+        self.lengths += n_tokens
+        if int(self.lengths.max()) > self.max_len:
+            raise RuntimeError(f"KV cache overflow: a row needs {int(self.lengths.max())} > {self.max_len} slots")
+
+    def rollback(self, lengths: torch.Tensor | int) -> None:
+        """Forget everything past `lengths` [B]: a move of lengths, no copy."""
+        new = torch.as_tensor(lengths, device=self.lengths.device).expand_as(self.lengths)
+        if bool((new > self.lengths).any()) or bool((new < 0).any()):
+            raise ValueError("rollback can only move lengths back")
+        self.lengths.copy_(new)
+
+    def reset(self) -> None:
+        self.lengths.zero_()

@@ -1,0 +1,238 @@
+"""A Llama/Qwen2-style decoder in plain PyTorch with a static KV cache and explicit positions.
+
+Parameter names follow Hugging Face (`embed_tokens`, `layers.N.self_attn.q_proj`, ...) so that a
+checkpoint loads by stripping the `model.` prefix. Shapes: B batch, T new tokens, S cache slots,
+H hidden, nh query heads, nkv key/value heads, D head dim, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+@dataclass
+class ModelConfig:
+    vocab_size: int = 4096
+    hidden_size: int = 256
+    intermediate_size: int = 640
+    num_hidden_layers: int = 4
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    head_dim: int | None = None
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    rope_scaling: dict[str, Any] | None = None  # None, or {"rope_type": "llama3", ...}
+    max_position_embeddings: int = 2048
+    attention_bias: bool = False  # Qwen2 has biases on q, k, v
+    tie_word_embeddings: bool = False
+    model_type: str = "llama"
+    bos_token_id: int | None = None
+    eos_token_id: int | list[int] | None = None
+    pad_token_id: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # other config.json keys, written back on save
+
+    def __post_init__(self) -> None:
+        if self.head_dim is None:
+            self.head_dim = self.hidden_size // self.num_attention_heads
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
+
+    @classmethod
+    def from_hf(cls, cfg: dict[str, Any]) -> "ModelConfig":
+        """Read a Hugging Face config.json dict (Llama or Qwen2, transformers 4 or 5 style)."""
+        model_type = cfg.get("model_type", "llama")
+        if model_type not in ("llama", "qwen2", "mistral"):
+            raise ValueError(f"unsupported model_type {model_type!r}: specdec loads llama, qwen2 and mistral")
+        rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+        theta = cfg.get("rope_theta", rope.get("rope_theta", 10000.0))
+        rope_type = rope.get("rope_type", rope.get("type", "default"))
+        if rope_type not in ("default", "llama3"):
+            raise ValueError(f"unsupported rope type {rope_type!r} (supported: default, llama3)")
+        known = {f for f in cls.__dataclass_fields__ if f != "extra"}
+        kw = {k: cfg[k] for k in known if k in cfg and cfg[k] is not None}
+        kw["rope_theta"] = float(theta)
+        kw["rope_scaling"] = dict(rope) if rope_type == "llama3" else None
+        kw["model_type"] = model_type
+        kw["attention_bias"] = bool(cfg.get("attention_bias", model_type == "qwen2"))
+        if cfg.get("mlp_bias"):
+            raise ValueError("mlp_bias=True is not supported")
+        extra = {k: v for k, v in cfg.items() if k not in known}
+        return cls(**kw, extra=extra)
+
+    def to_hf(self) -> dict[str, Any]:
+        d = {k: v for k, v in asdict(self).items() if k not in ("extra", "rope_scaling")}
+        d.update(self.extra)
+        d["rope_theta"] = self.rope_theta
+        if self.rope_scaling:
+            d["rope_scaling"] = self.rope_scaling
+        return d
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()  # normalise in fp32, as transformers does
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
+    """Inverse frequencies [D/2], with Llama 3's long-context rescaling when configured."""
+    d = cfg.head_dim
+    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+    rs = cfg.rope_scaling
+    if rs:  # llama3: stretch the low frequencies, keep the high ones, blend in between
+        factor, lo, hi = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
+        old = rs["original_max_position_embeddings"]
+        wavelen = 2 * math.pi / inv
+        smooth = (old / wavelen - lo) / (hi - lo)
+        scaled = torch.where(wavelen > old / lo, inv / factor, inv)
+        mid = (wavelen <= old / lo) & (wavelen >= old / hi)
+        inv = torch.where(mid, (1 - smooth) * inv / factor + smooth * inv, scaled)
+    return inv
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.nh, self.nkv, self.d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        b = cfg.attention_bias
+        self.q_proj = nn.Linear(cfg.hidden_size, self.nh * self.d, bias=b)
+        self.k_proj = nn.Linear(cfg.hidden_size, self.nkv * self.d, bias=b)
+        self.v_proj = nn.Linear(cfg.hidden_size, self.nkv * self.d, bias=b)
+        self.o_proj = nn.Linear(self.nh * self.d, cfg.hidden_size, bias=False)
+
+    def forward(self, x, cos, sin, cache=None, layer: int = 0, positions=None, mask=None):
+        B, T, _ = x.shape
+        q = self.q_proj(x).view(B, T, self.nh, self.d).transpose(1, 2)  # [B, nh, T, D]
+        k = self.k_proj(x).view(B, T, self.nkv, self.d).transpose(1, 2)  # [B, nkv, T, D]
+        v = self.v_proj(x).view(B, T, self.nkv, self.d).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        g = self.nh // self.nkv
+        if cache is None:  # training / full recompute: plain causal attention
+            if g > 1:
+                k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            cache.write(layer, k, v, positions)
+            S = mask.shape[-1]
+            K, V = cache.k[layer][:, :, :S], cache.v[layer][:, :, :S]  # [B, nkv, S, D]
+            # Grouped-query attention without copying the cache: fold each group's query heads
+            # into the query-length axis, so one key/value head serves g*T query rows.
+            qg = q.reshape(B, self.nkv, g * T, self.d)
+            m = mask.unsqueeze(1).expand(B, g, T, S).reshape(B, 1, g * T, S)
+            y = F.scaled_dot_product_attention(qg, K, V, attn_mask=m).view(B, self.nh, T, self.d)
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, self.nh * self.d))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nn.Module):
+    """One decoder layer. `input_norm=False` drops the first norm (EAGLE's layer 0)."""
+
+    def __init__(self, cfg: ModelConfig, input_norm: bool = True) -> None:
+        super().__init__()
+        if input_norm:
+            self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = Attention(cfg)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, cos, sin, cache=None, layer=0, positions=None, mask=None):
+        h = self.input_layernorm(x) if hasattr(self, "input_layernorm") else x
+        x = x + self.self_attn(h, cos, sin, cache, layer, positions, mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Rotary(nn.Module):
+    """cos/sin for explicit positions [B, T] -> [B, 1, T, D], computed in fp32."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.register_buffer("inv_freq", rope_inv_freq(cfg), persistent=False)
+
+    def forward(self, positions: torch.Tensor, dtype: torch.dtype):
+        freqs = positions.float().unsqueeze(-1) * self.inv_freq  # [B, T, D/2]
+        emb = torch.cat((freqs, freqs), dim=-1).unsqueeze(1)  # [B, 1, T, D]
+        return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def attention_mask(positions: torch.Tensor, kv_len: int) -> torch.Tensor:
+    """Query at position p sees cache slots 0..p: [B, T, S] bool. Slots are absolute positions,
+    so stale entries past a row's committed length are never seen (rollback costs nothing)."""
+    slots = torch.arange(kv_len, device=positions.device)
+    return slots.view(1, 1, kv_len) <= positions.unsqueeze(-1)
+
+
+def init_weights(module: nn.Module, std: float = 0.02) -> None:
+    """GPT-style init: small normal weights, zero biases (norm weights stay at one)."""
+    for m in module.modules():
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, std=std)
+        if isinstance(m, nn.Linear) and m.bias is not None:
+            nn.init.zeros_(m.bias)
+
+
+class Transformer(nn.Module):
+    """Decoder-only LM. forward(ids [B,T], positions [B,T], cache) -> (logits [B,T,V], hidden [B,T,H]).
+
+    `hidden` is the final-normed state fed to the LM head: what EAGLE heads, MTP layers and
+    parallel heads read.
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.config = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+        self.rotary = Rotary(cfg)
+        init_weights(self)
+
+    def forward(self, input_ids, positions=None, cache=None, kv_len: int | None = None,
+                return_logits: bool = True):
+        B, T = input_ids.shape
+        if positions is None:
+            positions = torch.arange(T, device=input_ids.device).expand(B, T)
+        x = self.embed_tokens(input_ids)  # [B, T, H]
+        cos, sin = self.rotary(positions, x.dtype)
+        mask = None
+        if cache is not None:
+            mask = attention_mask(positions, kv_len or cache.max_len)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, cos, sin, cache, i, positions, mask)
+        hidden = self.norm(x)
+        logits = self.lm_head(hidden) if return_logits else None
+        return logits, hidden
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())

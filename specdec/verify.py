@@ -1,0 +1,113 @@
+"""Verification rules of the draft/verify loop on explicit distributions (numpy).
+
+p is the target's distribution, q the draft's, both over the same vocabulary (last axis).
+A verify step checks k draft tokens; the target's k+1 rows cover the k draft positions and the bonus.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+
+def greedy_verify(draft_tokens: ArrayLike, target_argmax: ArrayLike) -> int:
+    """accept_length: how many leading draft tokens equal the target's argmax at their position."""
+    d = np.asarray(draft_tokens).ravel()
+    t = np.asarray(target_argmax).ravel()
+    if len(t) < len(d):
+        raise ValueError(f"need a target argmax for each of the {len(d)} draft positions, got {len(t)}")
+    match = d == t[: len(d)]
+    return int(np.cumprod(match).sum())
+
+
+def residual_distribution(p: ArrayLike, q: ArrayLike) -> np.ndarray:
+    """The normalised residual max(0, p - q): where to sample after a rejection.
+
+    Its mass is 1 - alpha. When p == q that is 0 and the residual is undefined; we return p,
+    which never matters: with p == q nothing is ever rejected, so the residual is never sampled.
+    """
+    p = np.asarray(p, dtype=float)
+    q = np.asarray(q, dtype=float)
+    r = np.maximum(p - q, 0.0)
+    mass = r.sum(-1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(mass > 0, r / mass, p)
+
+
+def accept_reject_step(x: int, p: ArrayLike, q: ArrayLike, u: float) -> bool:
+    """Accept the draft token x ~ q with probability min(1, p(x)/q(x)), given u ~ Uniform[0, 1)."""
+    px, qx = float(np.asarray(p)[x]), float(np.asarray(q)[x])
+    if qx <= 0:
+        raise ValueError(f"q({x}) = 0: the draft cannot have proposed token {x}")
+    return bool(u * qx < px)  # u < p/q without dividing; always true when p(x) >= q(x)
+
+
+def sample_categorical(probs: ArrayLike, rng: np.random.Generator) -> np.ndarray | int:
+    """One token from each distribution on the last axis (inverse CDF, vectorised)."""
+    probs = np.asarray(probs, dtype=float)
+    cdf = np.cumsum(probs, axis=-1)
+    u = rng.random(probs.shape[:-1] + (1,)) * cdf[..., -1:]
+    # token j is chosen when cdf[j-1] <= u < cdf[j]: zero-probability tokens are never chosen
+    idx = np.minimum((cdf <= u).sum(-1), probs.shape[-1] - 1)
+    return int(idx) if idx.ndim == 0 else idx
+
+
+def speculative_sample(
+    p_rows: ArrayLike, q_rows: ArrayLike, draft_tokens: ArrayLike, rng: np.random.Generator
+) -> tuple[int, np.ndarray]:
+    """One verify step of speculative sampling for one sequence.
+
+    p_rows: (k+1, V) target rows (k draft positions + bonus); q_rows: (k, V); draft_tokens: k tokens
+    drawn from q_rows. Returns (accept_length, emitted_tokens) with accept_length + 1 tokens emitted.
+    """
+    p_rows, q_rows = np.asarray(p_rows, dtype=float), np.asarray(q_rows, dtype=float)
+    draft_tokens = np.asarray(draft_tokens, dtype=np.int64).ravel()
+    k = len(draft_tokens)
+    if p_rows.shape[0] != k + 1 or q_rows.shape[0] != k:
+        raise ValueError(f"k={k} drafts need k+1 target rows and k draft rows, got {p_rows.shape}, {q_rows.shape}")
+    for i, x in enumerate(draft_tokens):
+        if not accept_reject_step(x, p_rows[i], q_rows[i], rng.random()):
+            fix = sample_categorical(residual_distribution(p_rows[i], q_rows[i]), rng)
+            return i, np.append(draft_tokens[:i], fix)
+    bonus = sample_categorical(p_rows[k], rng)  # all k accepted: the target's k+1-th row is free
+    return k, np.append(draft_tokens, bonus)
+
+
+def speculative_sample_batch(
+    p_rows: ArrayLike,
+    q_rows: ArrayLike,
+    draft_tokens: ArrayLike,
+    rng: np.random.Generator,
+    on_reject: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """speculative_sample for n independent trials at once.
+
+    p_rows (n, k+1, V), q_rows (n, k, V), draft_tokens (n, k). Returns accept_lengths (n,) and
+    emitted (n, k+1), padded with -1 after the accept_length + 1 emitted tokens.
+    on_reject(p, q) -> distribution to sample after a rejection (default: the residual); only for
+    experiments that plant a bug.
+    """
+    p_rows, q_rows = np.asarray(p_rows, dtype=float), np.asarray(q_rows, dtype=float)
+    drafts = np.asarray(draft_tokens, dtype=np.int64)
+    n, k = drafts.shape
+    if p_rows.shape[:2] != (n, k + 1) or q_rows.shape[:2] != (n, k):
+        raise ValueError(f"shapes disagree: p {p_rows.shape}, q {q_rows.shape}, drafts {drafts.shape}")
+    rows = np.arange(n)
+    if k == 0:
+        return np.zeros(n, dtype=np.int64), sample_categorical(p_rows[:, 0], rng)[:, None]
+    px = np.take_along_axis(p_rows[:, :k], drafts[..., None], -1)[..., 0]
+    qx = np.take_along_axis(q_rows, drafts[..., None], -1)[..., 0]
+    accepted = rng.random((n, k)) * qx < px
+    accept_lengths = np.cumprod(accepted, axis=1).sum(1)  # leading run of acceptances
+    stop = np.minimum(accept_lengths, k - 1)
+    reject = on_reject or residual_distribution
+    fix_dist = np.where(
+        (accept_lengths < k)[:, None], reject(p_rows[rows, stop], q_rows[rows, stop]), p_rows[:, k]
+    )
+    last = sample_categorical(fix_dist, rng)
+    emitted = np.where(np.arange(k) < accept_lengths[:, None], drafts, -1)
+    emitted = np.concatenate([emitted, np.full((n, 1), -1)], axis=1)
+    emitted[rows, accept_lengths] = last
+    return accept_lengths, emitted

@@ -1,0 +1,203 @@
+"""The project's own training loop for the zoo: target, draft, then MTP layer + heads + EAGLE head.
+
+The draft modules are trained with the target frozen, by self-distillation: their labels are the
+target's own next-token distributions, because acceptance is agreement with the target.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from specdec.heads import EagleHead, MTPHeads, MTPLayer
+from specdec.model import Transformer
+
+
+def token_stream(tok, docs: list[str], seed: int = 0) -> torch.Tensor:
+    """Documents in a seeded order, each followed by EOS, as one long 1-D tensor of ids."""
+    order = list(range(len(docs)))
+    random.Random(seed).shuffle(order)
+    eos = tok.token_to_id("<|endoftext|>")
+    ids: list[int] = []
+    for i in order:
+        ids.extend(tok.encode(docs[i]).ids)
+        ids.append(eos)
+    return torch.tensor(ids, dtype=torch.long)
+
+
+def sample_batch(stream: torch.Tensor, batch: int, seq_len: int, gen: torch.Generator) -> torch.Tensor:
+    """Random windows [batch, seq_len + 1] of the stream."""
+    starts = torch.randint(0, len(stream) - seq_len - 1, (batch,), generator=gen)
+    return torch.stack([stream[s:s + seq_len + 1] for s in starts.tolist()])
+
+
+def lr_at(step: int, total: int, peak: float, warmup: int = 100) -> float:
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    t = (step - warmup) / max(1, total - warmup)
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+def autocast(device: str):
+    if device.startswith("cuda"):
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return torch.autocast("cpu", enabled=False)
+
+
+def soft_ce(logits: torch.Tensor, teacher_logits: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy against the teacher's distribution (self-distillation)."""
+    p = teacher_logits.float().softmax(-1)
+    return -(p * logits.float().log_softmax(-1)).sum(-1).mean()
+
+
+@dataclass
+class StageLog:
+    name: str
+    steps: int = 0
+    seconds: float = 0.0
+    tokens: int = 0
+    curve: list = field(default_factory=list)  # (step, train_loss, eval_metrics)
+    best: dict = field(default_factory=dict)
+
+
+def _eval_windows(stream: torch.Tensor, seq_len: int, n: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return sample_batch(stream, n, seq_len, g)
+
+
+@torch.no_grad()
+def eval_lm(model: Transformer, windows: torch.Tensor, device: str, chunk: int = 16) -> float:
+    model.eval()
+    total, count = 0.0, 0
+    for i in range(0, len(windows), chunk):
+        w = windows[i:i + chunk].to(device)
+        with autocast(device):
+            logits, _ = model(w[:, :-1])
+        total += F.cross_entropy(logits.float().flatten(0, 1), w[:, 1:].flatten(), reduction="sum").item()
+        count += w[:, 1:].numel()
+    model.train()
+    return total / count
+
+
+def train_lm(model: Transformer, train: torch.Tensor, heldout: torch.Tensor, stage, device: str,
+             name: str, seed: int = 0, progress: bool = True) -> StageLog:
+    """Next-token training with AdamW and a cosine schedule; keeps the best held-out weights."""
+    model.to(device).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=stage.lr, betas=(0.9, 0.95), weight_decay=0.1)
+    gen = torch.Generator().manual_seed(seed)
+    windows = _eval_windows(heldout, stage.seq_len, 64, seed + 7)
+    log, t0 = StageLog(name), time.time()
+    best_loss, best_state = float("inf"), None
+    bar = tqdm(range(stage.steps), desc=f"train {name}", disable=not progress, mininterval=2)
+    for step in bar:
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, stage.steps, stage.lr)
+        x = sample_batch(train, stage.batch, stage.seq_len, gen).to(device)
+        with autocast(device):
+            logits, _ = model(x[:, :-1])
+        loss = F.cross_entropy(logits.float().flatten(0, 1), x[:, 1:].flatten())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if (step + 1) % stage.eval_every == 0 or step + 1 == stage.steps:
+            ev = eval_lm(model, windows, device)
+            log.curve.append((step + 1, round(loss.item(), 4), {"heldout_loss": round(ev, 4)}))
+            bar.set_postfix(loss=f"{loss.item():.3f}", heldout=f"{ev:.3f}")
+            if ev < best_loss:
+                best_loss, best_state = ev, {k: v.detach().clone() for k, v in model.state_dict().items()}
+                log.best = {"step": step + 1, "heldout_loss": round(ev, 4), "heldout_ppl": round(math.exp(ev), 3)}
+    model.load_state_dict(best_state)
+    model.eval()
+    log.steps, log.seconds, log.tokens = stage.steps, round(time.time() - t0, 1), stage.steps * stage.batch * stage.seq_len
+    return log
+
+
+def draft_losses(target: Transformer, mtp: MTPLayer, heads: MTPHeads, eagle: EagleHead, x: torch.Tensor):
+    """Losses and first-proposal agreement for the three draft modules on one batch x [B, T+1].
+
+    Position t (0-based) holds h_t; the target's logits at t predict x_{t+1}.
+      MTP layer and EAGLE at t read (h_t, x_{t+1}) and should predict what the target predicts at t+1.
+      Parallel head i at t reads h_t and should predict what the target predicts at t+i.
+    """
+    ids = x[:, :-1]
+    B, T = ids.shape
+    with torch.no_grad():
+        t_logits, h = target(ids)  # [B, T, V], [B, T, H]
+    pos = torch.arange(T - 1, device=ids.device).expand(B, T - 1)
+    out: dict[str, torch.Tensor] = {}
+    agree: dict[str, float] = {}
+    teacher = t_logits[:, 1:]  # predicts x_{t+2} for t = 0..T-2
+    greedy = teacher.argmax(-1)
+    # MTP layer (MiMo): token x_{t+1} embedded and normed, hidden normed, projected.
+    g = mtp(h[:, :-1], ids[:, 1:], pos, target.embed_tokens)
+    m_logits = target.lm_head(g)
+    out["mtp"] = soft_ce(m_logits, teacher)
+    agree["mtp"] = (m_logits.argmax(-1) == greedy).float().mean().item()
+    # EAGLE: regress the next hidden state, and match the target's distribution through the LM head.
+    e = eagle(h[:, :-1], ids[:, 1:], pos, target.embed_tokens)
+    e_logits = target.lm_head(e)
+    out["eagle"] = F.smooth_l1_loss(e.float(), h[:, 1:].float()) + 0.5 * soft_ce(e_logits, teacher)
+    agree["eagle"] = (e_logits.argmax(-1) == greedy).float().mean().item()
+    # Parallel heads: head i (1-based) at t predicts what the target predicts at t + i.
+    states = heads(h)  # [B, T, k, H]
+    head_losses = []
+    for i in range(1, heads.num_heads + 1):
+        logits_i = target.lm_head(states[:, : T - i, i - 1])
+        head_losses.append(soft_ce(logits_i, t_logits[:, i:]))
+        agree[f"head{i}"] = (logits_i.argmax(-1) == t_logits[:, i:].argmax(-1)).float().mean().item()
+    out["heads"] = torch.stack(head_losses).mean()
+    return out, agree
+
+
+def train_draft_modules(target: Transformer, mtp: MTPLayer, heads: MTPHeads, eagle: EagleHead,
+                        train: torch.Tensor, heldout: torch.Tensor, stage, device: str, seed: int = 0,
+                        progress: bool = True) -> StageLog:
+    """Train the MTP layer, the parallel heads and the EAGLE head together, target frozen."""
+    target.to(device).eval().requires_grad_(False)
+    modules = [mtp.to(device).train(), heads.to(device).train(), eagle.to(device).train()]
+    params = [p for m in modules for p in m.parameters()]
+    opt = torch.optim.AdamW(params, lr=stage.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    gen = torch.Generator().manual_seed(seed + 1)
+    windows = _eval_windows(heldout, stage.seq_len, 32, seed + 11)
+    log, t0 = StageLog("mtp+heads+eagle"), time.time()
+    best_score, best_states = -1.0, None
+    bar = tqdm(range(stage.steps), desc="train MTP layer + heads + EAGLE", disable=not progress, mininterval=2)
+    for step in bar:
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, stage.steps, stage.lr)
+        x = sample_batch(train, stage.batch, stage.seq_len, gen).to(device)
+        with autocast(device):
+            losses, _ = draft_losses(target, mtp, heads, eagle, x)
+        loss = sum(losses.values())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        if (step + 1) % stage.eval_every == 0 or step + 1 == stage.steps:
+            for m in modules:
+                m.eval()
+            with torch.no_grad(), autocast(device):
+                agrees = [draft_losses(target, mtp, heads, eagle, windows[i:i + 8].to(device))[1]
+                          for i in range(0, len(windows), 8)]
+            for m in modules:
+                m.train()
+            ev = {k: round(sum(a[k] for a in agrees) / len(agrees), 4) for k in agrees[0]}
+            log.curve.append((step + 1, round(loss.item(), 4), ev))
+            bar.set_postfix(loss=f"{loss.item():.3f}", mtp=ev["mtp"], head1=ev["head1"], eagle=ev["eagle"])
+            score = sum(ev.values())
+            if score > best_score:
+                best_score = score
+                best_states = [{k: v.detach().clone() for k, v in m.state_dict().items()} for m in modules]
+                log.best = {"step": step + 1, "heldout_top1_agreement": ev}
+    for m, s in zip(modules, best_states):
+        m.load_state_dict(s)
+        m.eval()
+    log.steps, log.seconds, log.tokens = stage.steps, round(time.time() - t0, 1), stage.steps * stage.batch * stage.seq_len
+    return log

@@ -1,0 +1,209 @@
+"""Lab 1's checks: the reference passes, a planted wrong answer loses points, a missing name scores 0.
+
+The checks draw fresh inputs from os.urandom; here `_rng` is pinned to fixed seeds so the tests
+are deterministic (q3's chi-square would otherwise fail a correct answer about 3 times in 10,000).
+"""
+
+import numpy as np
+import pytest
+
+from specdec import formulas, stats, verify
+from specdec.grading import check, exercises_for_lab
+from specdec.grading import lab1
+from specdec.grading.registry import get_exercise, run_check
+
+SEEDS = [0, 1, 2, 3, 4]
+
+
+# --- reference answers, written the way a student would call specdec ------------------------------
+
+
+def residual(p, q):
+    return verify.residual_distribution(p, q)
+
+
+def accept_draft(x, p, q, u):
+    return verify.accept_reject_step(x, p, q, u)
+
+
+def speculative_step(p_rows, q_rows, draft_tokens, rng):
+    return verify.speculative_sample(p_rows, q_rows, draft_tokens, rng)
+
+
+def alpha_of(p, q):
+    return formulas.acceptance_alpha(p, q)
+
+
+def tokens_per_step(alpha, k):
+    return formulas.expected_tokens_per_step(alpha, k)
+
+
+def best_k(alpha, c, k_max=32):
+    return formulas.optimal_k(alpha, c, k_max)[0]
+
+
+def acceptance_summary(accept_lengths, k):
+    s = stats.AcceptanceStats.from_accept_lengths(accept_lengths, k)
+    return s.tau, s.acceptance_rate
+
+
+REFERENCE = {
+    "lab1.q1": ("residual", residual),
+    "lab1.q2": ("accept_draft", accept_draft),
+    "lab1.q3": ("speculative_step", speculative_step),
+    "lab1.q4": ("alpha_of", alpha_of),
+    "lab1.q5": ("tokens_per_step", tokens_per_step),
+    "lab1.q6": ("best_k", best_k),
+    "lab1.q7": ("acceptance_summary", acceptance_summary),
+}
+
+
+# --- planted mistakes, the common ones ------------------------------------------------------------
+
+
+def residual_unnormalised(p, q):
+    return np.maximum(p - q, 0)
+
+
+def accept_draft_inverted(x, p, q, u):
+    return u < q[x] / p[x] if p[x] > 0 else True
+
+
+def speculative_step_resamples_q(p_rows, q_rows, draft_tokens, rng):
+    for i, x in enumerate(draft_tokens):
+        if rng.random() >= min(1, p_rows[i][x] / q_rows[i][x]):
+            return i, list(draft_tokens[:i]) + [rng.choice(len(q_rows[i]), p=q_rows[i])]
+    return len(draft_tokens), list(draft_tokens) + [rng.choice(len(p_rows[-1]), p=p_rows[-1])]
+
+
+def speculative_step_no_bonus(p_rows, q_rows, draft_tokens, rng):
+    for i, x in enumerate(draft_tokens):
+        if rng.random() >= min(1, p_rows[i][x] / q_rows[i][x]):
+            return i, list(draft_tokens[:i]) + [rng.choice(len(p_rows[i]), p=residual(p_rows[i], q_rows[i]))]
+    return len(draft_tokens), list(draft_tokens)
+
+
+def alpha_of_max(p, q):
+    return float(np.maximum(p, q).sum())
+
+
+def alpha_of_one_minus_l1(p, q):
+    return float(1 - np.abs(p - q).sum())
+
+
+def tokens_per_step_off_by_one(alpha, k):
+    return (1 - alpha**k) / (1 - alpha) if alpha < 1 else k
+
+
+def tokens_per_step_naive(alpha, k):
+    return (1 - alpha ** (k + 1)) / (1 - alpha)  # ZeroDivisionError at alpha = 1
+
+
+def best_k_ignores_cost(alpha, c, k_max=32):
+    return k_max
+
+
+def best_k_off_by_one(alpha, c, k_max=32):
+    return int(np.argmax([formulas.walltime_improvement(alpha, k, c) for k in range(1, k_max + 1)]))
+
+
+def summary_counts_drafts_only(accept_lengths, k):  # the gpt-fast / HF convention
+    return float(np.mean(accept_lengths)), float(np.mean(accept_lengths) / k)
+
+
+def summary_rate_over_k_plus_1(accept_lengths, k):
+    return float(np.mean(accept_lengths) + 1), float(np.mean(accept_lengths) / (k + 1))
+
+
+PLANTED = [
+    ("lab1.q1", "residual", residual_unnormalised),
+    ("lab1.q2", "accept_draft", accept_draft_inverted),
+    ("lab1.q3", "speculative_step", speculative_step_resamples_q),
+    ("lab1.q3", "speculative_step", speculative_step_no_bonus),
+    ("lab1.q4", "alpha_of", alpha_of_max),
+    ("lab1.q4", "alpha_of", alpha_of_one_minus_l1),
+    ("lab1.q5", "tokens_per_step", tokens_per_step_off_by_one),
+    ("lab1.q5", "tokens_per_step", tokens_per_step_naive),
+    ("lab1.q6", "best_k", best_k_ignores_cost),
+    ("lab1.q6", "best_k", best_k_off_by_one),
+    ("lab1.q7", "acceptance_summary", summary_counts_drafts_only),
+    ("lab1.q7", "acceptance_summary", summary_rate_over_k_plus_1),
+]
+
+
+@pytest.fixture(params=SEEDS)
+def seeded(request, monkeypatch):
+    monkeypatch.setattr(lab1, "_rng", lambda: np.random.default_rng(request.param))
+    return request.param
+
+
+def test_exercise_list():
+    ids = [e.id for e in exercises_for_lab(1)]
+    assert ids == [f"lab1.q{i}" for i in range(1, 8)]
+    assert sum(e.points for e in exercises_for_lab(1)) == 9
+
+
+@pytest.mark.parametrize("ex_id", sorted(REFERENCE))
+def test_reference_scores_full(ex_id, seeded):
+    name, fn = REFERENCE[ex_id]
+    res = run_check(get_exercise(ex_id), {name: fn})
+    assert res.score == 1.0, res.message
+
+
+@pytest.mark.parametrize("ex_id,name,fn", PLANTED, ids=[f.__name__ for _, _, f in PLANTED])
+def test_planted_mistake_loses_points(ex_id, name, fn, seeded):
+    res = run_check(get_exercise(ex_id), {"residual": residual, name: fn})  # q3 may call residual
+    assert res.score < 1.0, res.message
+    assert res.message
+
+
+@pytest.mark.parametrize("ex_id", sorted(set(REFERENCE) - {"lab1.q3"}))
+def test_unseeded_reference_passes(ex_id):
+    """The real thing, os.urandom seeds (q3 is statistical: only with fixed seeds above)."""
+    name, fn = REFERENCE[ex_id]
+    assert run_check(get_exercise(ex_id), {name: fn}).score == 1.0
+
+
+@pytest.mark.parametrize("ex_id", sorted(REFERENCE))
+def test_missing_name_scores_zero_with_a_clear_message(ex_id):
+    name, _ = REFERENCE[ex_id]
+    res = run_check(get_exercise(ex_id), {})
+    assert res.score == 0.0
+    assert f"define `{name}" in res.message
+
+
+@pytest.mark.parametrize("ex_id", sorted(REFERENCE))
+def test_stub_and_non_function_score_zero(ex_id):
+    name, _ = REFERENCE[ex_id]
+
+    def stub(*args):
+        raise NotImplementedError()
+
+    res = run_check(get_exercise(ex_id), {name: stub})
+    assert res.score == 0.0 and "not implemented" in res.message
+    res = run_check(get_exercise(ex_id), {name: 42})
+    assert res.score == 0.0 and "should be a function" in res.message
+
+
+def test_partial_credit_and_hints(seeded):
+    res = run_check(get_exercise("lab1.q7"), {"acceptance_summary": summary_counts_drafts_only})
+    assert res.score == 0.5 and "bonus" in res.message  # rate right, tau off by the bonus token
+    res = run_check(get_exercise("lab1.q5"), {"tokens_per_step": tokens_per_step_naive})
+    assert res.score == pytest.approx(11 / 12) and "ZeroDivisionError" in res.message
+    res = run_check(get_exercise("lab1.q3"), {"speculative_step": speculative_step_resamples_q, "residual": residual})
+    assert 0 < res.score < 1 and "residual" in res.message
+
+
+def test_wrong_return_types_get_clear_messages(seeded):
+    res = run_check(get_exercise("lab1.q2"), {"accept_draft": lambda x, p, q, u: min(1, p[x] / q[x])})
+    assert res.score == 0.0 and "True or False" in res.message
+    res = run_check(get_exercise("lab1.q6"), {"best_k": lambda a, c, k_max: formulas.optimal_k(a, c, k_max)})
+    assert res.score == 0.0 and "just the integer k" in res.message
+    res = run_check(get_exercise("lab1.q7"), {"acceptance_summary": lambda log, k: 2.0})
+    assert res.score == 0.0 and "(tau, acceptance_rate)" in res.message
+
+
+def test_check_in_a_notebook_namespace(capsys):
+    res = check("lab1.q4", {"alpha_of": alpha_of})
+    assert res.score == 1.0
+    assert "lab1.q4 [PASS] 1/1" in capsys.readouterr().out
