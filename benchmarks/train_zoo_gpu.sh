@@ -8,7 +8,5 @@ export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 python3 -c "import sys, torch, transformers, tokenizers; print('python', sys.version.split()[0], 'torch', torch.__version__, 'transformers', transformers.__version__, 'tokenizers', tokenizers.__version__)"
 time python3 -m specdec zoo build --recipe tiny --device cuda --out "$OUT/tiny"
-tar -C "$OUT" -czf "$OUT/zoo-tiny.tgz" tiny
+tar -C "$OUT" -czf "$OUT/zoo-tiny.tgz" tiny && rm -rf "$OUT/tiny"
 ls -la "$OUT"
-# Calibration for the workshop size: 2% of the `small` recipe's steps.
-time python3 -m specdec zoo build --recipe small --device cuda --out /tmp/zoo-small-trial --steps-scale 0.02

@@ -81,10 +81,7 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x = x.float()  # normalise in fp32, as transformers does
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dtype)
+        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)  # one fused kernel on a GPU
 
 
 def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
@@ -118,13 +115,28 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(cfg.hidden_size, self.nkv * self.d, bias=b)
         self.o_proj = nn.Linear(self.nh * self.d, cfg.hidden_size, bias=False)
 
+    def fuse(self) -> None:
+        """Inference only: one matmul for q, k and v instead of three (fewer kernel launches)."""
+        w = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
+        b = torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias]) if self.q_proj.bias is not None else None
+        self.qkv_proj = nn.Linear(w.shape[1], w.shape[0], bias=b is not None, device=w.device, dtype=w.dtype)
+        self.qkv_proj.weight.data.copy_(w)
+        if b is not None:
+            self.qkv_proj.bias.data.copy_(b)
+        del self.q_proj, self.k_proj, self.v_proj
+
     def forward(self, x, cos, sin, cache=None, layer: int = 0, positions=None, mask=None):
         B, T, _ = x.shape
-        q = self.q_proj(x).view(B, T, self.nh, self.d).transpose(1, 2)  # [B, nh, T, D]
-        k = self.k_proj(x).view(B, T, self.nkv, self.d).transpose(1, 2)  # [B, nkv, T, D]
-        v = self.v_proj(x).view(B, T, self.nkv, self.d).transpose(1, 2)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
+        if hasattr(self, "qkv_proj"):
+            qkv = self.qkv_proj(x).view(B, T, self.nh + 2 * self.nkv, self.d)
+            qk, v = qkv.split([self.nh + self.nkv, self.nkv], dim=2)
+        else:
+            qk = torch.cat([self.q_proj(x).view(B, T, self.nh, self.d), self.k_proj(x).view(B, T, self.nkv, self.d)], 2)
+            v = self.v_proj(x).view(B, T, self.nkv, self.d)
+        qk = qk.transpose(1, 2)  # [B, nh + nkv, T, D]: rotate q and k together
+        qk = qk * cos + rotate_half(qk) * sin
+        q, k = qk.split([self.nh, self.nkv], dim=1)  # [B, nh, T, D], [B, nkv, T, D]
+        v = v.transpose(1, 2)
         g = self.nh // self.nkv
         if cache is None:  # training / full recompute: plain causal attention
             if g > 1:
@@ -136,7 +148,7 @@ class Attention(nn.Module):
             K, V = cache.k[layer][:, :, :S], cache.v[layer][:, :, :S]  # [B, nkv, S, D]
             # Grouped-query attention without copying the cache: fold each group's query heads
             # into the query-length axis, so one key/value head serves g*T query rows.
-            qg = q.reshape(B, self.nkv, g * T, self.d)
+            qg = q.reshape(B, self.nkv, g * T, self.d)  # (a copy: q is a slice of qk)
             m = mask.unsqueeze(1).expand(B, g, T, S).reshape(B, 1, g * T, S)
             y = F.scaled_dot_product_attention(qg, K, V, attn_mask=m).view(B, self.nh, T, self.d)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, self.nh * self.d))
@@ -149,7 +161,17 @@ class MLP(nn.Module):
         self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
+    def fuse(self) -> None:
+        """Inference only: gate and up projections as one matmul."""
+        w = torch.cat([self.gate_proj.weight, self.up_proj.weight])
+        self.gate_up_proj = nn.Linear(w.shape[1], w.shape[0], bias=False, device=w.device, dtype=w.dtype)
+        self.gate_up_proj.weight.data.copy_(w)
+        del self.gate_proj, self.up_proj
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if hasattr(self, "gate_up_proj"):
+            gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+            return self.down_proj(F.silu(gate) * up)
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
@@ -236,3 +258,11 @@ class Transformer(nn.Module):
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+
+def fuse_projections(module: nn.Module) -> nn.Module:
+    """Pack q/k/v and gate/up weights of every layer (inference on a GPU; not saved, not trained)."""
+    for m in list(module.modules()):
+        if isinstance(m, (Attention, MLP)) and not (hasattr(m, "qkv_proj") or hasattr(m, "gate_up_proj")):
+            m.fuse()
+    return module

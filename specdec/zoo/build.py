@@ -17,7 +17,7 @@ from specdec.model import Transformer
 from specdec.zoo.corpus import build_corpus
 from specdec.zoo.recipes import Recipe
 from specdec.zoo.tokenizer import BOS, EOS, PAD, save_tokenizer, train_tokenizer
-from specdec.zoo.train import token_stream, train_draft_modules, train_lm
+from specdec.zoo.train import MixedBatches, generate_self_data, sample_batch, token_stream, train_draft_modules, train_lm
 
 
 def build_zoo(recipe: Recipe, out: Path, device: str = "cpu", progress: bool = True,
@@ -48,20 +48,32 @@ def build_zoo(recipe: Recipe, out: Path, device: str = "cpu", progress: bool = T
 
     tcfg = recipe.target_config()
     tcfg.bos_token_id, tcfg.eos_token_id, tcfg.pad_token_id = special.values()
+    ts = scaled(recipe.target_stage)
     target = Transformer(tcfg)
-    log_t = train_lm(target, train, heldout, scaled(recipe.target_stage), device, "target", recipe.seed, progress)
+    corpus_batches = MixedBatches(train, None, ts.seq_len, 0.0, recipe.seed)
+    log_t = train_lm(target, corpus_batches, heldout, ts, device, "target", recipe.seed, progress)
     say(f"target: {target.num_params():,} params, best {log_t.best}")
+
+    # Self-distillation data: the target's own greedy continuations of corpus windows.
+    t_gen = time.time()
+    n_seqs = max(recipe.self_data_batch, int(recipe.self_data_seqs * steps_scale))
+    generated = generate_self_data(target, train, n_seqs, ts.seq_len + 1 - recipe.self_data_new_tokens,
+                                   recipe.self_data_new_tokens, recipe.self_data_batch, device, recipe.seed, progress)
+    gen_info = {"sequences": len(generated), "tokens": generated.numel(), "seconds": round(time.time() - t_gen, 1)}
+    say(f"self-distillation data: {gen_info}")
+    mixed = MixedBatches(train, generated, ts.seq_len, recipe.generated_fraction, recipe.seed + 1)
 
     dcfg = recipe.draft_config()
     dcfg.bos_token_id, dcfg.eos_token_id, dcfg.pad_token_id = special.values()
     draft = Transformer(dcfg)
-    log_d = train_lm(draft, train, heldout, scaled(recipe.draft_stage), device, "draft", recipe.seed + 1, progress)
+    log_d = train_lm(draft, mixed, heldout, scaled(recipe.draft_stage), device, "draft", recipe.seed + 1, progress,
+                     teacher=target)
     say(f"draft: {draft.num_params():,} params, best {log_d.best}")
 
     mtp = MTPLayer(tcfg)
     heads = MTPHeads(tcfg.hidden_size, recipe.num_heads)
     eagle = EagleHead(eagle_config(tcfg, recipe.eagle_intermediate))
-    log_h = train_draft_modules(target, mtp, heads, eagle, train, heldout, scaled(recipe.heads_stage), device,
+    log_h = train_draft_modules(target, mtp, heads, eagle, mixed, heldout, scaled(recipe.heads_stage), device,
                                 recipe.seed, progress)
     say(f"draft modules: best {log_h.best}")
 
@@ -82,7 +94,7 @@ def build_zoo(recipe: Recipe, out: Path, device: str = "cpu", progress: bool = T
         "corpus": corpus.summary(),
         "training": {"device": device if not device.startswith("cuda") else torch.cuda.get_device_name(),
                      "torch": torch.__version__, "python": sys.version.split()[0], "platform": platform.platform(),
-                     "seconds": round(time.time() - t_start, 1),
+                     "seconds": round(time.time() - t_start, 1), "self_distillation_data": gen_info,
                      "stages": [log.__dict__ for log in (log_t, log_d, log_h)]},
     }
     (tmp / "zoo.json").write_text(json.dumps(meta, indent=2) + "\n")

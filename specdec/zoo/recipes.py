@@ -27,6 +27,11 @@ class Recipe:
     target_stage: Stage
     draft_stage: Stage
     heads_stage: Stage  # MTP layer, parallel heads and EAGLE head, trained together on the frozen target
+    # Self-distillation: greedy continuations by the target, mixed into the drafts' training data.
+    self_data_seqs: int = 8192
+    self_data_new_tokens: int = 384
+    self_data_batch: int = 256
+    generated_fraction: float = 0.5
     max_code_bytes: int | None = None
     seed: int = 0
     notes: str = ""
@@ -63,6 +68,7 @@ RECIPES: dict[str, Recipe] = {
         target_stage=Stage(steps=500, batch=16, seq_len=256, lr=3e-3, eval_every=100),
         draft_stage=Stage(steps=250, batch=16, seq_len=256, lr=4e-3, eval_every=125),
         heads_stage=Stage(steps=350, batch=16, seq_len=256, lr=3e-3, eval_every=175),
+        self_data_seqs=256, self_data_new_tokens=160, self_data_batch=64,
         max_code_bytes=3_000_000, notes="CPU recipe"),
     # The workshop size: the largest target the recipe trains in about 5 minutes on one H200.
     "small": Recipe(

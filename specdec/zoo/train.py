@@ -85,12 +85,14 @@ def eval_lm(model: Transformer, windows: torch.Tensor, device: str, chunk: int =
     return total / count
 
 
-def train_lm(model: Transformer, train: torch.Tensor, heldout: torch.Tensor, stage, device: str,
-             name: str, seed: int = 0, progress: bool = True) -> StageLog:
-    """Next-token training with AdamW and a cosine schedule; keeps the best held-out weights."""
+def train_lm(model: Transformer, batches, heldout: torch.Tensor, stage, device: str,
+             name: str, seed: int = 0, progress: bool = True, teacher: Transformer | None = None) -> StageLog:
+    """Next-token training with AdamW and a cosine schedule; keeps the best held-out weights.
+
+    `batches(n)` gives training windows [n, seq_len + 1]. With a `teacher`, the labels are the
+    teacher's distributions (distillation: a draft learns to agree with its target)."""
     model.to(device).train()
     opt = torch.optim.AdamW(model.parameters(), lr=stage.lr, betas=(0.9, 0.95), weight_decay=0.1)
-    gen = torch.Generator().manual_seed(seed)
     windows = _eval_windows(heldout, stage.seq_len, 64, seed + 7)
     log, t0 = StageLog(name), time.time()
     best_loss, best_state = float("inf"), None
@@ -98,10 +100,16 @@ def train_lm(model: Transformer, train: torch.Tensor, heldout: torch.Tensor, sta
     for step in bar:
         for group in opt.param_groups:
             group["lr"] = lr_at(step, stage.steps, stage.lr)
-        x = sample_batch(train, stage.batch, stage.seq_len, gen).to(device)
+        x = batches(stage.batch).to(device)
         with autocast(device):
             logits, _ = model(x[:, :-1])
-        loss = F.cross_entropy(logits.float().flatten(0, 1), x[:, 1:].flatten())
+            if teacher is not None:
+                with torch.no_grad():
+                    t_logits, _ = teacher(x[:, :-1])
+        if teacher is None:
+            loss = F.cross_entropy(logits.float().flatten(0, 1), x[:, 1:].flatten())
+        else:
+            loss = soft_ce(logits, t_logits)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -157,14 +165,13 @@ def draft_losses(target: Transformer, mtp: MTPLayer, heads: MTPHeads, eagle: Eag
 
 
 def train_draft_modules(target: Transformer, mtp: MTPLayer, heads: MTPHeads, eagle: EagleHead,
-                        train: torch.Tensor, heldout: torch.Tensor, stage, device: str, seed: int = 0,
+                        batches, heldout: torch.Tensor, stage, device: str, seed: int = 0,
                         progress: bool = True) -> StageLog:
     """Train the MTP layer, the parallel heads and the EAGLE head together, target frozen."""
     target.to(device).eval().requires_grad_(False)
     modules = [mtp.to(device).train(), heads.to(device).train(), eagle.to(device).train()]
     params = [p for m in modules for p in m.parameters()]
     opt = torch.optim.AdamW(params, lr=stage.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    gen = torch.Generator().manual_seed(seed + 1)
     windows = _eval_windows(heldout, stage.seq_len, 32, seed + 11)
     log, t0 = StageLog("mtp+heads+eagle"), time.time()
     best_score, best_states = -1.0, None
@@ -172,7 +179,7 @@ def train_draft_modules(target: Transformer, mtp: MTPLayer, heads: MTPHeads, eag
     for step in bar:
         for group in opt.param_groups:
             group["lr"] = lr_at(step, stage.steps, stage.lr)
-        x = sample_batch(train, stage.batch, stage.seq_len, gen).to(device)
+        x = batches(stage.batch).to(device)
         with autocast(device):
             losses, _ = draft_losses(target, mtp, heads, eagle, x)
         loss = sum(losses.values())
@@ -201,3 +208,46 @@ def train_draft_modules(target: Transformer, mtp: MTPLayer, heads: MTPHeads, eag
         m.eval()
     log.steps, log.seconds, log.tokens = stage.steps, round(time.time() - t0, 1), stage.steps * stage.batch * stage.seq_len
     return log
+
+
+@torch.no_grad()
+def generate_self_data(target: Transformer, stream: torch.Tensor, n_seqs: int, prompt_len: int, new_tokens: int,
+                       batch: int, device: str, seed: int = 0, progress: bool = True) -> torch.Tensor:
+    """The target's own greedy continuations of corpus windows: [n_seqs, prompt_len + new_tokens].
+
+    Drafts are judged by agreement with the target's greedy output, so they learn most from text
+    the target itself writes (self-distillation in the Medusa-2 sense)."""
+    from specdec.bundle import ModelBundle
+    from specdec.decode import Decoder
+
+    target.to(device).eval()
+    bundle = ModelBundle(name="self-distillation", target=target, tokenizer=None)
+    dec = Decoder(bundle, cuda_graphs="auto", max_len=prompt_len + new_tokens + 4)
+    gen = torch.Generator().manual_seed(seed + 3)
+    out = []
+    for _ in tqdm(range(0, n_seqs, batch), desc="generate self-distillation data", disable=not progress):
+        prompts = sample_batch(stream, batch, prompt_len - 1, gen)
+        r = dec.generate(prompts.tolist(), "ar", max_new_tokens=new_tokens, stop_at_eos=False)
+        out.append(torch.cat([prompts, torch.tensor(r.tokens)], 1))
+    return torch.cat(out)[:n_seqs].cpu()
+
+
+class MixedBatches:
+    """Windows [batch, seq_len + 1]: a fraction from the corpus, the rest from generated rows."""
+
+    def __init__(self, stream: torch.Tensor, generated: torch.Tensor | None, seq_len: int,
+                 generated_fraction: float, seed: int):
+        self.stream, self.generated, self.seq_len = stream, generated, seq_len
+        self.frac = generated_fraction if generated is not None else 0.0
+        self.gen = torch.Generator().manual_seed(seed)
+        if generated is not None and generated.shape[1] < seq_len + 1:
+            raise ValueError("generated rows are shorter than a training window")
+
+    def __call__(self, batch: int) -> torch.Tensor:
+        n_gen = int(round(batch * self.frac))
+        parts = [sample_batch(self.stream, batch - n_gen, self.seq_len, self.gen)] if batch > n_gen else []
+        if n_gen:
+            rows = torch.randint(0, len(self.generated), (n_gen,), generator=self.gen)
+            start = torch.randint(0, self.generated.shape[1] - self.seq_len, (1,), generator=self.gen).item()
+            parts.append(self.generated[rows, start:start + self.seq_len + 1])
+        return torch.cat(parts)

@@ -1,0 +1,240 @@
+"""GPU benchmarks of the Lab 2 decoder (run on an H200; results in docs/results.md).
+
+  latency  decode-step latency of a ~1B Llama-shaped model (random weights) at batch 1, 4, 16:
+           eager, CUDA graphs, torch.compile(mode="reduce-overhead"), against the bandwidth floor
+  oracle   on that model, the oracle proposer at alpha x k: measured speedup over graphed plain
+           decoding next to the Lab 1 formula's prediction from separately measured step costs
+  e2e      a trained zoo: plain and every proposer with and without CUDA graphs, transformers
+           generate, and transformers assisted generation with the same draft
+
+usage: PYTHONPATH=. python3 benchmarks/gpu_bench.py latency|oracle|e2e [--zoo DIR] --out FILE.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import torch
+
+from specdec.bundle import ModelBundle, load_bundle
+from specdec.decode import Decoder
+from specdec.formulas import expected_tokens_per_step, speedup_from_costs
+from specdec.kv_cache import KVCache
+from specdec.model import ModelConfig, Transformer, fuse_projections
+from specdec.proposers import OracleProposer
+
+LLAMA_1B = dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=4096,
+                rope_theta=500000.0, tie_word_embeddings=True, model_type="llama")
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+def cuda_time(fn, iters: int = 50, warmup: int = 5) -> float:
+    """Mean seconds per call, by CUDA events."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / iters / 1e3
+
+
+def copy_bandwidth() -> float:
+    """Bytes per second of a large device-to-device copy, counting the bytes read and written."""
+    x = torch.empty(2 * 1024**3, dtype=torch.uint8, device="cuda")
+    y = torch.empty_like(x)
+    t = cuda_time(lambda: y.copy_(x), iters=20)
+    return 2 * x.numel() / t
+
+
+def model_1b(max_len: int) -> Transformer:
+    torch.manual_seed(0)
+    cfg = ModelConfig(**LLAMA_1B)
+    with torch.device("cuda"):
+        m = Transformer(cfg)
+    return fuse_projections(m.to(torch.bfloat16).eval())
+
+
+def step_bytes(model: Transformer, batch: int, ctx: int) -> int:
+    """Bytes a decode step must read: every weight once (the embedding only its rows) + the KV read."""
+    cfg = model.config
+    weights = sum(p.numel() * p.element_size() for n, p in model.named_parameters() if "embed_tokens" not in n)
+    if cfg.tie_word_embeddings:
+        weights += model.embed_tokens.weight.numel() * 2  # the LM head reads the tied matrix
+    kv = 2 * cfg.num_hidden_layers * batch * cfg.num_key_value_heads * ctx * cfg.head_dim * 2
+    return weights + kv
+
+
+def bench_latency(args) -> dict:
+    bw = copy_bandwidth()
+    log(f"copy bandwidth {bw / 1e12:.2f} TB/s (read + write)")
+    max_len, ctx = 1024, 512
+    model = model_1b(max_len)
+    n_params = sum(p.numel() for p in model.parameters())
+    out = {"model": "Llama-3.2-1B shape, random bf16 weights", "params": n_params, "copy_bandwidth_Bps": bw,
+           "context": ctx, "max_len": max_len, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": []}
+    for B in (1, 4, 16):
+        cache = KVCache.for_model(model, B, max_len)
+        cache.commit(ctx)
+        ids = torch.randint(0, 1000, (B, 1), device="cuda")
+        pos = cache.positions(1)
+
+        def step():
+            return model(ids, pos, cache, max_len)
+
+        with torch.no_grad():
+            t_eager = cuda_time(step, iters=20)
+            from specdec.cuda_graphs import GraphedStep
+            g = GraphedStep(lambda i, p: model(i, p, cache, max_len), (ids, pos))
+            t_graph = cuda_time(lambda: g(ids, pos), iters=100)
+            t_compile, note = None, ""
+            if not args.no_compile:
+                try:
+                    t0 = time.time()
+                    cstep = torch.compile(lambda i, p: model(i, p, cache, max_len), mode="reduce-overhead", fullgraph=False)
+                    for _ in range(3):
+                        cstep(ids, pos)
+                    note = f"compiled in {time.time() - t0:.0f} s"
+                    t_compile = cuda_time(lambda: cstep(ids, pos), iters=100)
+                except Exception as exc:  # report, do not hide
+                    note = f"torch.compile failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+        floor = step_bytes(model, B, ctx) / (bw / 2)  # a step reads; the copy's rate counts read + write
+        row = {"batch": B, "eager_ms": t_eager * 1e3, "cuda_graphs_ms": t_graph * 1e3,
+               "compile_reduce_overhead_ms": t_compile * 1e3 if t_compile else None, "compile_note": note,
+               "bytes_per_step": step_bytes(model, B, ctx), "floor_ms": floor * 1e3,
+               "graphs_over_floor": t_graph / floor}
+        log(json.dumps(row))
+        out["rows"].append(row)
+        del cache
+        torch.cuda.empty_cache()
+    return out
+
+
+def bench_oracle(args) -> dict:
+    max_len, prompt_len, new = 1024, 128, 256
+    model = model_1b(max_len)
+    bundle = ModelBundle(name="llama-1b-random", target=model, tokenizer=None)
+    dec = Decoder(bundle, cuda_graphs="on", max_len=max_len)
+    torch.manual_seed(1)
+    prompt = torch.randint(0, 32000, (1, prompt_len)).tolist()
+    dec.generate(prompt, "ar", max_new_tokens=16, stop_at_eos=False)  # capture
+    plain = dec.generate(prompt, "ar", max_new_tokens=new, stop_at_eos=False)
+    plain = dec.generate(prompt, "ar", max_new_tokens=new, stop_at_eos=False)
+    ref = torch.tensor([prompt[0] + plain.tokens[0]])
+    ref = torch.nn.functional.pad(ref, (0, max_len + 16 - ref.shape[1]))
+    # step costs measured on their own: the graphed target forward at width w
+    cache = dec.cache(1)
+    cache.reset()
+    cache.commit(prompt_len + new // 2)
+
+    def width_cost(w):
+        ids = torch.zeros(1, w, dtype=torch.long, device="cuda")
+        pos = cache.positions(w)
+        g = dec.graphed(f"target-{w}", dec._target_step, (ids, pos))
+        return cuda_time(lambda: g(ids, pos), iters=100)
+
+    t_plain = width_cost(1)
+    out = {"model": "Llama-3.2-1B shape, random bf16 weights, batch 1", "prompt_len": prompt_len, "new_tokens": new,
+           "plain_tokens_per_s": plain.tokens_per_s, "t_plain_step_s": t_plain, "rows": []}
+    log(f"plain: {plain.tokens_per_s:.1f} tok/s, graphed step {t_plain * 1e3:.3f} ms")
+    for k in (1, 2, 3, 4, 6):
+        t_verify = width_cost(k + 1)
+        for alpha in (0.6, 0.8, 0.9):
+            oracle = OracleProposer(ref.clone(), alpha, model.config.vocab_size, seed=k * 100 + int(alpha * 10))
+            dec.generate(prompt, "oracle", k=k, max_new_tokens=32, proposer=oracle, stop_at_eos=False)  # warm
+            oracle = OracleProposer(ref.clone(), alpha, model.config.vocab_size, seed=k * 100 + int(alpha * 10) + 1)
+            r = dec.generate(prompt, "oracle", k=k, max_new_tokens=new, proposer=oracle, stop_at_eos=False)
+            assert r.tokens == plain.tokens, "oracle run diverged from plain decoding"
+            t_draft = r.times["draft"] / r.steps / k
+            tau_f = float(expected_tokens_per_step(alpha, k))
+            pred = speedup_from_costs(tau_f, t_plain, t_draft, t_verify, k)
+            meas = r.tokens_per_s / plain.tokens_per_s
+            row = {"k": k, "alpha": alpha, "tau_formula": tau_f, "tau_measured": r.stats.tau,
+                   "t_verify_s": t_verify, "t_draft_s": t_draft, "predicted_speedup": pred,
+                   "measured_speedup": meas, "measured_over_predicted": meas / pred,
+                   "bookkeeping_ms_per_step": r.times["bookkeeping"] / r.steps * 1e3,
+                   "tokens_per_s": r.tokens_per_s}
+            log(json.dumps(row))
+            out["rows"].append(row)
+    return out
+
+
+def bench_e2e(args) -> dict:
+    from transformers import AutoModelForCausalLM
+
+    bundle = load_bundle(args.zoo, device="cuda", dtype=torch.bfloat16)
+    for m in (bundle.target, bundle.draft):
+        fuse_projections(m)
+    tok = bundle.tokenizer
+    from specdec.zoo.corpus import build_corpus
+    corpus = build_corpus()
+    prompts = [tok(doc[:400])["input_ids"][:96] for doc in corpus.heldout["code"][:4]]
+    new = args.new_tokens
+    out = {"zoo": args.zoo, "params": sum(p.numel() for p in bundle.target.parameters()), "new_tokens": new,
+           "prompts": len(prompts), "batch": 1, "rows": []}
+    for graphs in ("on", "off"):
+        dec = Decoder(bundle, cuda_graphs=graphs, max_len=512)
+        for method in ("ar", "mtp", "heads", "draft", "eagle", "ngram"):
+            ks = [1] if method == "ar" else [2, 4]
+            for k in ks:
+                dec.generate(prompts[:1], method, k=k, max_new_tokens=16, stop_at_eos=False)  # warm + capture
+                toks, wall, taus, ref_ok = 0, 0.0, [], True
+                for p in prompts:
+                    r = dec.generate([p], method, k=k, max_new_tokens=new, stop_at_eos=False)
+                    toks += r.new_tokens
+                    wall += r.wall_s
+                    taus.append(r.stats.tau if r.stats else 1.0)
+                row = {"engine": "specdec", "cuda_graphs": graphs, "method": method, "k": k if method != "ar" else 0,
+                       "tokens_per_s": toks / wall, "tau": sum(taus) / len(taus)}
+                log(json.dumps(row))
+                out["rows"].append(row)
+    hf = AutoModelForCausalLM.from_pretrained(str(bundle.paths["target"]), dtype=torch.bfloat16).cuda().eval()
+    hf_draft = AutoModelForCausalLM.from_pretrained(str(bundle.paths["draft"]), dtype=torch.bfloat16).cuda().eval()
+    for name, kw in (("transformers generate", {}), ("transformers assisted (draft)", {"assistant_model": hf_draft})):
+        ids = torch.tensor([prompts[0]], device="cuda")
+        hf.generate(ids, do_sample=False, max_new_tokens=16, min_new_tokens=16, **kw)
+        toks, wall = 0, 0.0
+        for p in prompts:
+            ids = torch.tensor([p], device="cuda")
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            o = hf.generate(ids, do_sample=False, max_new_tokens=new, min_new_tokens=new, **kw)
+            torch.cuda.synchronize()
+            wall += time.perf_counter() - t0
+            toks += o.shape[1] - ids.shape[1]
+        row = {"engine": name, "tokens_per_s": toks / wall}
+        log(json.dumps(row))
+        out["rows"].append(row)
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("what", choices=["latency", "oracle", "e2e"])
+    p.add_argument("--zoo", default="tiny")
+    p.add_argument("--new-tokens", type=int, default=256)
+    p.add_argument("--no-compile", action="store_true")
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    if not torch.cuda.is_available():
+        print("gpu_bench: needs a CUDA device", file=sys.stderr)
+        return 2
+    res = {"latency": bench_latency, "oracle": bench_oracle, "e2e": bench_e2e}[args.what](args)
+    res["device"] = torch.cuda.get_device_name()
+    with open(args.out, "w") as f:
+        json.dump(res, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""`specdec decode`: generate with one proposer and print what happened (text, tau, acceptance, speed)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+DEFAULT_PROMPT = "import os\nimport sys\n\n\ndef main(argv):\n    "
+METHODS = ("ar", "mtp", "heads", "draft", "eagle", "ngram")
+
+
+def positive_int(s: str) -> int:
+    v = int(s)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    return v
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="tiny", help="zoo name, local Hugging Face directory, or hub id (online)")
+    p.add_argument("--draft", default=None, help="draft model for --method draft when the model has none beside it")
+    p.add_argument("--prompt", action="append", default=None, help="prompt text (repeat for several rows)")
+    p.add_argument("--method", default="mtp", choices=METHODS,
+                   help="ar (plain), mtp (the MTP layer), heads (parallel MTP heads), draft, eagle, ngram")
+    p.add_argument("--k", type=int, default=4, help="drafts per verify step (static k)")
+    p.add_argument("--batch", type=int, default=1, help="rows decoded together (prompts are cycled)")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cuda-graphs", default="auto", choices=["auto", "on", "off"])
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
+                   help="default: float32 on CPU, bfloat16 on CUDA")
+    p.add_argument("--compare", action="store_true", help="also run plain decoding and report the speedup")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def main(args) -> int:
+    from specdec.cli import UsageError
+
+    if args.k < 1:
+        raise UsageError(f"--k must be >= 1, got {args.k}")
+    if args.batch < 1:
+        raise UsageError(f"--batch must be >= 1, got {args.batch}")
+    if args.max_new_tokens < 1:
+        raise UsageError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    if args.temperature < 0:
+        raise UsageError(f"--temperature must be >= 0, got {args.temperature}")
+
+    import torch
+
+    from specdec.bundle import ModelNotFound, load_bundle
+    from specdec.decode import Decoder
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = getattr(torch, args.dtype or ("bfloat16" if device.startswith("cuda") else "float32"))
+    parts = {"mtp": ("mtp",), "heads": ("heads",), "eagle": ("eagle",), "draft": ("draft",)}.get(args.method, ())
+    try:
+        bundle = load_bundle(args.model, parts, device=device, dtype=dtype, draft=args.draft)
+        dec = Decoder(bundle, cuda_graphs=args.cuda_graphs)
+        if args.method != "ar":
+            dec.proposer(args.method)  # fails early if the model lacks the part
+    except (ModelNotFound, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    texts = args.prompt or [DEFAULT_PROMPT]
+    prompts = [bundle.tokenizer(texts[i % len(texts)])["input_ids"] for i in range(args.batch)]
+    try:
+        res = dec.generate(prompts, args.method, args.k, args.max_new_tokens, args.temperature, args.seed)
+        base = dec.generate(prompts, "ar", 1, args.max_new_tokens, args.temperature, args.seed) if args.compare else None
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    out = res.as_dict()
+    out["model"] = args.model
+    out["device"] = str(device)
+    out["text"] = [bundle.tokenizer.decode(t) for t in res.tokens]
+    if base is not None:
+        out["plain_tokens_per_s"] = base.tokens_per_s
+        out["speedup"] = res.tokens_per_s / base.tokens_per_s
+        out["same_as_plain"] = res.tokens == base.tokens if args.temperature == 0 else None
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    print(f"model {args.model} on {device} ({str(dtype).removeprefix('torch.')}), method {args.method}"
+          + (f", k={args.k}" if args.method != "ar" else "") + f", batch {args.batch}, T={args.temperature}")
+    for i, t in enumerate(out["text"][: min(args.batch, 4)]):
+        print(f"--- row {i}: {texts[i % len(texts)]!r} +")
+        print(t)
+    print("---")
+    print(f"{out['new_tokens']} tokens in {out['steps']} steps, {out['wall_s']:.3f} s: {out['tokens_per_s']:.1f} tokens/s")
+    if args.method != "ar":
+        pos = " ".join(f"{x:.2f}" for x in out["acceptance_by_position"])
+        print(f"tau {out['tau']:.2f} tokens/step, per-draft acceptance {out['acceptance_rate']:.2f}, by position [{pos}]")
+    t = out["times"]
+    print("time: " + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in t.items()))
+    if base is not None:
+        print(f"plain decoding {base.tokens_per_s:.1f} tokens/s -> speedup {out['speedup']:.2f}x"
+              + (f"; identical output: {out['same_as_plain']}" if args.temperature == 0 else ""))
+    return 0

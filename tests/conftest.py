@@ -1,0 +1,23 @@
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("MPLBACKEND", "Agg")
+torch.set_num_threads(min(2, torch.get_num_threads()))
+
+
+@pytest.fixture(scope="session")
+def tiny_bundle():
+    """The shipped zoo in fp32 on the CPU, every part loaded."""
+    from specdec.bundle import load_bundle
+
+    return load_bundle("tiny", device="cpu", dtype=torch.float32)
+
+
+@pytest.fixture(scope="session")
+def code_prompts(tiny_bundle):
+    """Four prompts of different lengths (ragged batch)."""
+    texts = ["import os\nimport sys\n\ndef main(", "Monday, Tuesday, Wednesday,",
+             "class Queue:\n    def __init__(self, maxsize=0):\n        self.", "x = 1\nfor i in range(10):\n    x = x * 2 + i\n"]
+    return [tiny_bundle.tokenizer(t)["input_ids"] for t in texts]

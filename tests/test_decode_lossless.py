@@ -1,0 +1,98 @@
+"""Lossless: at temperature 0 (fp32) speculative output equals plain decoding token for token, for
+every proposer at batch 1 and 4, and plain decoding equals transformers' greedy generate."""
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from specdec.decode import Decoder
+from specdec.proposers import OracleProposer
+
+METHODS = ["mtp", "heads", "draft", "eagle", "ngram"]
+N = 40
+
+
+@pytest.fixture(scope="module")
+def decoder(tiny_bundle):
+    return Decoder(tiny_bundle, cuda_graphs="off")
+
+
+@pytest.fixture(scope="module")
+def plain(decoder, code_prompts):
+    return decoder.generate(code_prompts, "ar", max_new_tokens=N)
+
+
+def test_plain_equals_transformers_generate(tiny_bundle, plain, code_prompts):
+    hf = AutoModelForCausalLM.from_pretrained(str(tiny_bundle.paths["target"]), dtype=torch.float32).eval()
+    eos = tiny_bundle.eos_token_id
+    for b, p in enumerate(code_prompts):
+        out = hf.generate(torch.tensor([p]), do_sample=False, max_new_tokens=N, eos_token_id=eos,
+                          pad_token_id=tiny_bundle.target.config.pad_token_id)
+        assert out[0, len(p):].tolist() == plain.tokens[b], f"row {b}"
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("k", [1, 3])
+def test_speculative_equals_plain_batch4(decoder, plain, code_prompts, method, k):
+    res = decoder.generate(code_prompts, method, k=k, max_new_tokens=N)
+    assert res.tokens == plain.tokens
+    assert res.stats is not None and 1.0 <= res.stats.tau <= k + 1
+    assert res.steps < plain.steps or method == "ngram"  # fewer target forwards than plain
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_speculative_equals_plain_batch1(decoder, plain, code_prompts, method):
+    for b in (0, 3):
+        res = decoder.generate([code_prompts[b]], method, k=4, max_new_tokens=N)
+        assert res.tokens[0] == plain.tokens[b]
+
+
+def test_eos_and_max_tokens_stop_each_row(tiny_bundle, code_prompts):
+    """A row stops at EOS (kept) or at max_new_tokens; stopped rows do not advance."""
+    dec = Decoder(tiny_bundle, cuda_graphs="off")
+    res = dec.generate(code_prompts, "mtp", k=4, max_new_tokens=7)
+    assert all(1 <= len(t) <= 7 for t in res.tokens)
+    # Make EOS a token the model will produce: the 3rd greedy token of row 0.
+    ref = dec.generate(code_prompts, "ar", max_new_tokens=12)
+    eos = ref.tokens[0][2]
+    tiny_bundle.target.config.eos_token_id = eos
+    try:
+        for m in ("ar", "mtp", "ngram"):
+            r = dec.generate(code_prompts, m, k=4, max_new_tokens=12)
+            assert r.tokens[0] == ref.tokens[0][:3]
+            for b, t in enumerate(r.tokens):
+                cut = ref.tokens[b].index(eos) + 1 if eos in ref.tokens[b] else 12
+                assert t == ref.tokens[b][:cut]
+    finally:
+        tiny_bundle.target.config.eos_token_id = 0
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.5, 1.0])
+def test_oracle_is_lossless_and_hits_its_acceptance(tiny_bundle, plain, code_prompts, alpha):
+    dec = Decoder(tiny_bundle, cuda_graphs="off")
+    ref = dec.generate(code_prompts, "ar", max_new_tokens=N, stop_at_eos=False)
+    full = torch.zeros(len(code_prompts), 200, dtype=torch.long)
+    for b, p in enumerate(code_prompts):
+        seq = p + ref.tokens[b]
+        full[b, : len(seq)] = torch.tensor(seq)
+    oracle = OracleProposer(full, alpha, tiny_bundle.target.config.vocab_size, seed=1)
+    res = dec.generate(code_prompts, "oracle", k=3, max_new_tokens=N, proposer=oracle, stop_at_eos=False)
+    assert res.tokens == ref.tokens
+    by_pos = res.stats.by_position
+    if alpha == 1.0:
+        assert by_pos.min() == 1.0
+    elif alpha == 0.0:
+        assert by_pos.max() == 0.0
+    else:
+        assert 0.3 < by_pos[0] < 0.7
+
+
+def test_bad_input_is_a_clear_error(decoder, code_prompts):
+    with pytest.raises(ValueError, match="k must be"):
+        decoder.generate(code_prompts, "mtp", k=0)
+    with pytest.raises(ValueError, match="at least one token"):
+        decoder.generate([[]], "ar")
+    with pytest.raises(ValueError, match="unknown method"):
+        decoder.generate(code_prompts, "medusa")
+    with pytest.raises(ValueError, match="cache slots"):
+        decoder.generate(code_prompts, "ar", max_new_tokens=10_000)
