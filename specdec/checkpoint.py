@@ -161,7 +161,7 @@ def save_heads(path, heads: MTPHeads, extra_config: dict | None = None, dtype=to
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     cfg = {"architectures": ["SpecdecMTPHeads"], "model_type": "specdec_mtp_heads",
-           "hidden_size": heads.hidden_size, "num_heads": heads.num_heads,
+           "hidden_size": heads.hidden_size, "num_heads": heads.num_heads, "inner_size": heads.inner_size,
            "torch_dtype": str(dtype).removeprefix("torch."), **(extra_config or {})}
     save_file(_contiguous(heads.state_dict(), dtype), str(path / "model.safetensors"), metadata={"format": "pt"})
     (path / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
@@ -172,6 +172,6 @@ def load_heads(path, dtype=torch.float32, device="cpu") -> MTPHeads:
     raw = read_config(path)
     if raw.get("model_type") != "specdec_mtp_heads":
         raise CheckpointError(f"{path}/config.json: not specdec MTP heads (model_type {raw.get('model_type')!r})")
-    heads = MTPHeads(raw["hidden_size"], raw["num_heads"])
+    heads = MTPHeads(raw["hidden_size"], raw["num_heads"], raw.get("inner_size"))
     _load_into(heads, read_tensors(path), str(path))
     return heads.to(device=device, dtype=dtype).eval()

@@ -87,14 +87,19 @@ class MTPHeads(nn.Module):
     """k parallel (Medusa-style) heads: head i maps h_t to a state whose logits, through the
     target's LM head, predict x_{t+1+i}, i = 1..k. One forward gives all k proposals."""
 
-    def __init__(self, hidden_size: int, num_heads: int) -> None:
+    def __init__(self, hidden_size: int, num_heads: int, inner_size: int | None = None) -> None:
         super().__init__()
         self.hidden_size, self.num_heads = hidden_size, num_heads
-        self.heads = nn.ModuleList(nn.Linear(hidden_size, hidden_size) for _ in range(num_heads))
-        for h in self.heads:  # start as the identity residual: head i first guesses x_{t+1}
-            nn.init.zeros_(h.weight)
-            nn.init.zeros_(h.bias)
+        self.inner_size = inner_size or hidden_size
+        self.heads = nn.ModuleList(
+            nn.ModuleDict({"up": nn.Linear(hidden_size, self.inner_size), "down": nn.Linear(self.inner_size, hidden_size)})
+            for _ in range(num_heads))
+        for h in self.heads:
+            nn.init.normal_(h["up"].weight, std=0.02)
+            nn.init.zeros_(h["up"].bias)
+            nn.init.zeros_(h["down"].weight)  # start as the identity: head i first guesses x_{t+1}
+            nn.init.zeros_(h["down"].bias)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden [..., H] -> states [..., k, H] (a residual SiLU block per head)."""
-        return torch.stack([hidden + F.silu(h(hidden)) for h in self.heads], dim=-2)
+        """hidden [..., H] -> states [..., k, H] (a residual SiLU MLP per head)."""
+        return torch.stack([hidden + h["down"](F.silu(h["up"](hidden))) for h in self.heads], dim=-2)

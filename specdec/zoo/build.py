@@ -17,7 +17,7 @@ from specdec.model import Transformer
 from specdec.zoo.corpus import build_corpus
 from specdec.zoo.recipes import Recipe
 from specdec.zoo.tokenizer import BOS, EOS, PAD, save_tokenizer, train_tokenizer
-from specdec.zoo.train import MixedBatches, generate_self_data, sample_batch, token_stream, train_draft_modules, train_lm
+from specdec.zoo.train import MixedBatches, generate_self_data, token_stream, train_draft_modules, train_lm
 
 
 def build_zoo(recipe: Recipe, out: Path, device: str = "cpu", progress: bool = True,
