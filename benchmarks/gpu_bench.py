@@ -115,6 +115,9 @@ def bench_latency(args) -> dict:
                "graphs_over_floor": t_graph / floor}
         log(json.dumps(row))
         out["rows"].append(row)
+        if args.out:  # keep what is done if a later batch size runs out of time
+            with open(args.out, "w") as f:
+                json.dump(out, f, indent=2)
         del cache
         torch.cuda.empty_cache()
     return out
