@@ -124,18 +124,18 @@ def bench_latency(args) -> dict:
 
 
 def bench_oracle(args) -> dict:
-    max_len, prompt_len, new = 1024, 128, 256
+    max_len, prompt_len, new = 1024, 128, 512
     model = model_1b(max_len)
     bundle = ModelBundle(name="llama-1b-random", target=model, tokenizer=None)
     dec = Decoder(bundle, cuda_graphs="on", max_len=max_len)
     torch.manual_seed(1)
     prompt = torch.randint(0, 32000, (1, prompt_len)).tolist()
     dec.generate(prompt, "ar", max_new_tokens=16, stop_at_eos=False)  # capture
-    plain = dec.generate(prompt, "ar", max_new_tokens=new, stop_at_eos=False)
-    plain = dec.generate(prompt, "ar", max_new_tokens=new, stop_at_eos=False)
+    plain = dec.generate(prompt, "ar", max_new_tokens=new, stop_at_eos=False, profile=False)
+    plain_prof = dec.generate(prompt, "ar", max_new_tokens=new, stop_at_eos=False, profile=True)
     ref = torch.tensor([prompt[0] + plain.tokens[0]])
     ref = torch.nn.functional.pad(ref, (0, max_len + 16 - ref.shape[1]))
-    # step costs measured on their own: the graphed target forward at width w
+    # step costs measured on their own: the graphed target forward (+ greedy acceptance) at width w
     cache = dec.cache(1)
     cache.reset()
     cache.commit(prompt_len + new // 2)
@@ -143,31 +143,38 @@ def bench_oracle(args) -> dict:
     def width_cost(w):
         ids = torch.zeros(1, w, dtype=torch.long, device="cuda")
         pos = cache.positions(w)
-        g = dec.graphed(f"target-{w}", dec._target_step, (ids, pos))
+        g = dec.graphed(f"verify-{w}-True", dec._verify_greedy, (ids, pos))
         return cuda_time(lambda: g(ids, pos), iters=100)
 
     t_plain = width_cost(1)
     out = {"model": "Llama-3.2-1B shape, random bf16 weights, batch 1", "prompt_len": prompt_len, "new_tokens": new,
-           "plain_tokens_per_s": plain.tokens_per_s, "t_plain_step_s": t_plain, "rows": []}
-    log(f"plain: {plain.tokens_per_s:.1f} tok/s, graphed step {t_plain * 1e3:.3f} ms")
+           "plain_tokens_per_s": plain.tokens_per_s, "plain_tokens_per_s_profiled": plain_prof.tokens_per_s,
+           "plain_times": plain_prof.times, "t_plain_step_s": t_plain, "rows": []}
+    log(f"plain: {plain.tokens_per_s:.1f} tok/s ({plain_prof.tokens_per_s:.1f} with per-phase syncs), "
+        f"graphed step {t_plain * 1e3:.3f} ms")
     for k in (1, 2, 3, 4, 6):
         t_verify = width_cost(k + 1)
         for alpha in (0.6, 0.8, 0.9):
-            oracle = OracleProposer(ref.clone(), alpha, model.config.vocab_size, seed=k * 100 + int(alpha * 10))
-            dec.generate(prompt, "oracle", k=k, max_new_tokens=32, proposer=oracle, stop_at_eos=False)  # warm
-            oracle = OracleProposer(ref.clone(), alpha, model.config.vocab_size, seed=k * 100 + int(alpha * 10) + 1)
-            r = dec.generate(prompt, "oracle", k=k, max_new_tokens=new, proposer=oracle, stop_at_eos=False)
-            assert r.tokens == plain.tokens, "oracle run diverged from plain decoding"
-            t_draft = r.times["draft"] / r.steps / k
+            seed = k * 100 + int(alpha * 10)
+            runs = {}
+            for prof in (True, False):
+                oracle = OracleProposer(ref.clone(), alpha, model.config.vocab_size, seed=seed)
+                runs[prof] = dec.generate(prompt, "oracle", k=k, max_new_tokens=new, proposer=oracle,
+                                          stop_at_eos=False, profile=prof)
+                assert runs[prof].tokens == plain.tokens, "oracle run diverged from plain decoding"
+            r, rp = runs[False], runs[True]
+            t_draft = rp.times["draft"] / rp.steps / k
             tau_f = float(expected_tokens_per_step(alpha, k))
             pred = speedup_from_costs(tau_f, t_plain, t_draft, t_verify, k)
+            pred_tau = speedup_from_costs(r.stats.tau, t_plain, t_draft, t_verify, k)
             meas = r.tokens_per_s / plain.tokens_per_s
             row = {"k": k, "alpha": alpha, "tau_formula": tau_f, "tau_measured": r.stats.tau,
                    "t_verify_s": t_verify, "t_draft_s": t_draft, "predicted_speedup": pred,
-                   "measured_speedup": meas, "measured_over_predicted": meas / pred,
-                   "bookkeeping_ms_per_step": r.times["bookkeeping"] / r.steps * 1e3,
+                   "predicted_speedup_measured_tau": pred_tau, "measured_speedup": meas,
+                   "measured_over_predicted": meas / pred, "measured_over_predicted_measured_tau": meas / pred_tau,
+                   "bookkeeping_ms_per_step": rp.times["bookkeeping"] / rp.steps * 1e3,
                    "tokens_per_s": r.tokens_per_s}
-            log(json.dumps(row))
+            log(json.dumps({k_: (round(v, 4) if isinstance(v, float) else v) for k_, v in row.items()}))
             out["rows"].append(row)
     return out
 
@@ -193,7 +200,7 @@ def bench_e2e(args) -> dict:
                 dec.generate(prompts[:1], method, k=k, max_new_tokens=16, stop_at_eos=False)  # warm + capture
                 toks, wall, taus, ref_ok = 0, 0.0, [], True
                 for p in prompts:
-                    r = dec.generate([p], method, k=k, max_new_tokens=new, stop_at_eos=False)
+                    r = dec.generate([p], method, k=k, max_new_tokens=new, stop_at_eos=False, profile=False)
                     toks += r.new_tokens
                     wall += r.wall_s
                     taus.append(r.stats.tau if r.stats else 1.0)

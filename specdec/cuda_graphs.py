@@ -20,14 +20,18 @@ class GraphedStep:
     cache write) is the same one the call would have made anyway.
     """
 
-    def __init__(self, fn: Callable, example_args: tuple[torch.Tensor, ...], pool=None, warmup: int = 2):
+    def __init__(self, fn: Callable, example_args: tuple[torch.Tensor, ...], state: tuple[torch.Tensor, ...] = (),
+                 pool=None, warmup: int = 2):
         self.static_in = tuple(a.clone() for a in example_args)
+        saved = [t.clone() for t in state]  # tensors fn updates in place: the warm-up must not count
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side), torch.no_grad():  # warm up: lazy inits, autotuning
             for _ in range(warmup):
                 fn(*self.static_in)
         torch.cuda.current_stream().wait_stream(side)
+        for t, v in zip(state, saved):
+            t.copy_(v)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph, pool=pool), torch.no_grad():
             self.static_out = fn(*self.static_in)
@@ -44,11 +48,14 @@ class EmulatedGraph:
     """The CPU twin of GraphedStep, for tests: the same static-buffer contract (inputs copied into
     fixed tensors, outputs written into the same tensors at every replay), without CUDA."""
 
-    def __init__(self, fn: Callable, example_args: tuple[torch.Tensor, ...]):
+    def __init__(self, fn: Callable, example_args: tuple[torch.Tensor, ...], state: tuple[torch.Tensor, ...] = ()):
         self.fn = fn
         self.static_in = tuple(a.clone() for a in example_args)
+        saved = [t.clone() for t in state]
         with torch.no_grad():
             self.static_out = _clone(fn(*self.static_in))
+        for t, v in zip(state, saved):
+            t.copy_(v)
 
     def __call__(self, *args: torch.Tensor):
         for dst, src in zip(self.static_in, args):
@@ -60,10 +67,14 @@ class EmulatedGraph:
 
 
 def _clone(x):
+    if x is None:
+        return None
     return tuple(_clone(t) for t in x) if isinstance(x, tuple) else x.clone()
 
 
 def _copy_into(dst, src) -> None:
+    if dst is None:
+        return
     if isinstance(dst, tuple):
         for d, s in zip(dst, src):
             _copy_into(d, s)

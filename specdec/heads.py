@@ -33,7 +33,9 @@ class FeatureDraft(nn.Module):
         """hidden [B,T,H] at positions t, input_ids [B,T] = x_{t+1} -> output state [B,T,H]."""
         x = self.combine(embed(input_ids), hidden, positions)
         cos, sin = self.rotary(positions, x.dtype)
-        mask = attention_mask(positions, kv_len or cache.max_len) if cache is not None else None
+        cfg = self.config
+        group = cfg.num_attention_heads // cfg.num_key_value_heads
+        mask = attention_mask(positions, kv_len or cache.max_len, group) if cache is not None else None
         x = self.block(x, cos, sin, cache, 0, positions, mask)
         return self.finish(x)
 

@@ -40,10 +40,11 @@ class KVCache:
         """Positions of the next `width` tokens of every row: [B, width]."""
         return self.lengths.unsqueeze(1) + torch.arange(width, device=self.lengths.device)
 
-    def commit(self, n_tokens: torch.Tensor | int) -> None:
-        """Keep the next n_tokens [B] provisional slots of each row (the accepted prefix)."""
+    def commit(self, n_tokens: torch.Tensor | int, check: bool = True) -> None:
+        """Keep the next n_tokens [B] provisional slots of each row (the accepted prefix).
+        check=False skips the overflow test (a GPU sync) for callers that sized the cache up front."""
         self.lengths += n_tokens
-        if int(self.lengths.max()) > self.max_len:
+        if check and int(self.lengths.max()) > self.max_len:
             raise RuntimeError(f"KV cache overflow: a row needs {int(self.lengths.max())} > {self.max_len} slots")
 
     def rollback(self, lengths: torch.Tensor | int) -> None:

@@ -148,9 +148,8 @@ class Attention(nn.Module):
             K, V = cache.k[layer][:, :, :S], cache.v[layer][:, :, :S]  # [B, nkv, S, D]
             # Grouped-query attention without copying the cache: fold each group's query heads
             # into the query-length axis, so one key/value head serves g*T query rows.
-            qg = q.reshape(B, self.nkv, g * T, self.d)  # (a copy: q is a slice of qk)
-            m = mask.unsqueeze(1).expand(B, g, T, S).reshape(B, 1, g * T, S)
-            y = F.scaled_dot_product_attention(qg, K, V, attn_mask=m).view(B, self.nh, T, self.d)
+            qg = q.reshape(B, self.nkv, g * T, self.d)
+            y = F.scaled_dot_product_attention(qg, K, V, attn_mask=mask).reshape(B, self.nh, T, self.d)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, self.nh * self.d))
 
 
@@ -205,11 +204,14 @@ class Rotary(nn.Module):
         return emb.cos().to(dtype), emb.sin().to(dtype)
 
 
-def attention_mask(positions: torch.Tensor, kv_len: int) -> torch.Tensor:
-    """Query at position p sees cache slots 0..p: [B, T, S] bool. Slots are absolute positions,
-    so stale entries past a row's committed length are never seen (rollback costs nothing)."""
+def attention_mask(positions: torch.Tensor, kv_len: int, group: int = 1) -> torch.Tensor:
+    """Query at position p sees cache slots 0..p: [B, 1, group*T, S] bool, repeated for the `group`
+    query heads that share a key/value head. Slots are absolute positions, so stale entries past a
+    row's committed length are never seen (rollback costs nothing)."""
+    B, T = positions.shape
     slots = torch.arange(kv_len, device=positions.device)
-    return slots.view(1, 1, kv_len) <= positions.unsqueeze(-1)
+    mask = slots.view(1, 1, kv_len) <= positions.unsqueeze(-1)  # [B, T, S]
+    return mask.unsqueeze(1).expand(B, group, T, kv_len).reshape(B, 1, group * T, kv_len)
 
 
 def init_weights(module: nn.Module, std: float = 0.02) -> None:
@@ -248,8 +250,8 @@ class Transformer(nn.Module):
         x = self.embed_tokens(input_ids)  # [B, T, H]
         cos, sin = self.rotary(positions, x.dtype)
         mask = None
-        if cache is not None:
-            mask = attention_mask(positions, kv_len or cache.max_len)
+        if cache is not None:  # built once, shared by every layer
+            mask = attention_mask(positions, kv_len or cache.max_len, self.config.num_attention_heads // self.config.num_key_value_heads)
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, cache, i, positions, mask)
         hidden = self.norm(x)
