@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.specdec-installed
 # A pinned torch: an unpinned one pulls gigabytes of CUDA packages on a CPU machine.
 TORCH  ?= torch==2.13.0
 
-.PHONY: demo test env labs clean
+.PHONY: demo test env labs jupyter clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,11 @@ test: $(STAMP)
 # Regenerate labs/ from solutions/ (never edit labs/ by hand).
 labs: $(STAMP)
 	$(BIN)/specdec labs
+
+# JupyterLab for the notebooks (not needed by demo or test).
+jupyter: $(STAMP)
+	$(BIN)/python -m pip install -q -e ".[lab]"
+	$(BIN)/jupyter lab
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -42,10 +42,13 @@ def resolve_paths(spec: str, draft: str | None = None) -> tuple[str, dict[str, P
     otherwise a Hugging Face id, downloaded only when online."""
     from specdec.zoo.registry import ZooError, find_zoo, zoo_parts
 
-    if find_zoo(spec) is not None:
-        return spec, zoo_parts(spec)
     p = Path(spec).expanduser()
-    if p.is_dir():
+    if find_zoo(spec) is not None:
+        try:
+            paths = dict(zoo_parts(spec))
+        except ZooError as exc:
+            raise ModelNotFound(str(exc)) from None
+    elif p.is_dir():
         if not (p / "config.json").is_file():
             raise ModelNotFound(f"{p} has no config.json: not a Hugging Face model directory")
         paths = {"target": p}
@@ -57,8 +60,8 @@ def resolve_paths(spec: str, draft: str | None = None) -> tuple[str, dict[str, P
     else:
         known = ", ".join(_zoo_names()) or "none"
         raise ModelNotFound(f"unknown model {spec!r}: not a zoo name (known: {known}), a directory, or a Hugging Face id")
-    if draft:
-        paths["draft"] = resolve_paths(draft)[1]["target"] if not Path(draft).is_dir() else Path(draft)
+    if draft:  # an explicit draft replaces the one found beside the target
+        paths["draft"] = Path(draft) if Path(draft).is_dir() else resolve_paths(draft)[1]["target"]
     return spec, paths
 
 

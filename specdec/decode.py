@@ -92,8 +92,10 @@ class DecodeState:
 class Decoder:
     """Holds a bundle's models, their KV caches, decode state and captured graphs across calls."""
 
-    def __init__(self, bundle, cuda_graphs: str = "auto", max_len: int | None = None):
+    def __init__(self, bundle, cuda_graphs: str = "auto", max_len: int | None = None, compile: bool = False):
+        """compile: fuse the target's step with torch.compile (GPU; inside our own graphs)."""
         self.bundle = bundle
+        self.compile = compile
         self.target = bundle.target
         self.device = bundle.device
         self.graph_mode = graph_mode(cuda_graphs, self.device)
@@ -121,6 +123,10 @@ class Decoder:
             return fn
         key = (name, self._batch, tuple(tuple(a.shape) for a in args))
         if key not in self._graphs:
+            if self.compile and name.startswith("verify"):
+                # Fused kernels (fewer, bigger launches); our graph then replays them. The cache
+                # tensors are written in place, so torch.compile's own graphs are not used.
+                fn = torch.compile(fn, dynamic=False)
             kind = GraphedStep if self.graph_mode == "cuda" else EmulatedGraph
             self._graphs[key] = kind(fn, args, state=state)
         return self._graphs[key]
@@ -220,8 +226,10 @@ class Decoder:
                 accept, emitted = self._accept_sampled(block, q, out[0], temperature, gen)
             sync()
             t3 = time.perf_counter()
-            accept_log.append(torch.where(st.done, -1, accept))
-            advance(emitted, accept)  # keep the accepted prefix + 1, cut at EOS / max_new_tokens
+            was_done = st.done.clone()
+            count = advance(emitted, accept)  # keep the accepted prefix + 1, cut at EOS / max_new_tokens
+            # tau counts tokens emitted per step: a step cut short at the end counts what it kept
+            accept_log.append(torch.where(was_done, -1, torch.minimum(accept, count - 1)))
             ctx.hidden = hidden
             sync()
             t4 = time.perf_counter()
@@ -284,6 +292,7 @@ class Decoder:
         st.n_gen += count
         cache.commit(count, check=False)  # sized up front; the accepted prefix stays, the rest is rolled back
         st.done |= st.n_gen >= st.max_new
+        return count
 
     def _sync(self) -> None:
         if self.device.type == "cuda":

@@ -237,6 +237,16 @@ class OracleProposer(Proposer):
         self.reference, self.alpha, self.vocab_size = reference, alpha, vocab_size
         self.seed = seed
 
+    @classmethod
+    def from_continuations(cls, prompts: list[list[int]], continuations: list[list[int]], alpha: float,
+                           vocab_size: int, seed: int = 0, length: int = 4096) -> "OracleProposer":
+        """Build the reference [B, S] by absolute position from prompts and a plain run's tokens."""
+        ref = torch.zeros(len(prompts), length, dtype=torch.long)
+        for b, (p, c) in enumerate(zip(prompts, continuations)):
+            seq = (list(p) + list(c))[:length]
+            ref[b, : len(seq)] = torch.tensor(seq)
+        return cls(ref, alpha, vocab_size, seed)
+
     def setup(self, decoder, batch, k):
         if self.reference.shape[0] != batch:
             raise ValueError("the oracle's reference has a different batch size")

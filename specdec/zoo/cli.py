@@ -78,7 +78,10 @@ def main(args) -> int:
             root = find_zoo(args.name) if not Path(args.name).is_dir() else Path(args.name)
             if root is None:
                 zoo_parts(args.name)  # raises with the rebuild hint
-            evaluate_zoo(root, prompts=args.prompts, new_tokens=args.new_tokens, write=args.write)
+            try:
+                evaluate_zoo(root, prompts=args.prompts, new_tokens=args.new_tokens, write=args.write)
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
             return 0
     except ZooError as exc:
         raise UsageError(str(exc)) from None

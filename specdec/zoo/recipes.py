@@ -80,8 +80,8 @@ RECIPES: dict[str, Recipe] = {
         eagle_intermediate=2048, num_heads=4,
         target_stage=Stage(steps=2500, batch=64, seq_len=512, lr=1e-3, eval_every=250),
         draft_stage=Stage(steps=1500, batch=64, seq_len=512, lr=2e-3, eval_every=250),
-        heads_stage=Stage(steps=1500, batch=64, seq_len=512, lr=1e-3, eval_every=250),
-        notes="GPU workshop size; not shipped"),
+        heads_stage=Stage(steps=800, batch=64, seq_len=512, lr=1e-3, eval_every=200),
+        self_data_seqs=4096, notes="GPU workshop size; not shipped"),
 }
 
 

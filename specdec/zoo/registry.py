@@ -48,7 +48,16 @@ def known_zoos() -> list[str]:
 
 
 def rebuild_hint(name: str) -> str:
-    return f"rebuild it with `specdec zoo build --recipe {name}`" + (" (or restore it with `git checkout specdec/zoo/tiny`)" if name == "tiny" else "")
+    """How to get a zoo back: its recipe (from zoo.json when readable) and, for the shipped one, git."""
+    recipe = name
+    d = find_zoo(name)
+    if d is not None:
+        try:
+            recipe = json.loads((d / "zoo.json").read_text()).get("recipe", name)
+        except (OSError, json.JSONDecodeError):
+            pass
+    hint = f"rebuild it with `specdec zoo build --recipe {recipe}" + ("" if d is None or d == default_out(recipe) else f" --out {d}") + "`"
+    return hint + (" (or restore it with `git checkout specdec/zoo/tiny`)" if name == "tiny" else "")
 
 
 def zoo_parts(name: str, check: bool = True) -> dict[str, Path]:

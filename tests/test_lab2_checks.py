@@ -1,0 +1,287 @@
+"""Lab 2's checks: the reference passes, a planted wrong answer loses points, a missing name scores 0.
+
+The checks draw fresh inputs from os.urandom; here `_rng` is pinned to fixed seeds so that the
+tests are deterministic, and one test runs every reference answer on os.urandom seeds as well.
+"""
+
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from specdec import formulas, stats
+from specdec.grading import check, exercises_for_lab
+from specdec.grading import lab2
+from specdec.grading.registry import get_exercise, run_check
+from specdec.kv_cache import KVCache
+from specdec.verify_batch import greedy_accept
+
+SEEDS = [0, 1, 2, 3, 4]
+
+
+# --- reference answers, written the way a student would call specdec ------------------------------
+
+
+def greedy_verify_batch(draft, target_logits):
+    return greedy_accept(draft, target_logits)
+
+
+def commit_step(lengths, accept_length, k, done):
+    cache = KVCache(1, len(lengths), 1, 1, int(lengths.max()) + k + 1)
+    cache.lengths.copy_(lengths)
+    provisional = cache.positions(k + 1)
+    cache.commit(torch.where(done, 0, accept_length + 1))
+    return cache.lengths, provisional >= cache.lengths.unsqueeze(1)
+
+
+def acceptance_from_log(accept_log, k):
+    s = stats.AcceptanceStats.from_accept_lengths(accept_log[accept_log >= 0], k)
+    return s.tau, s.by_position
+
+
+def speedup_of(spec_tokens, spec_wall_s, plain_tokens, plain_wall_s):
+    tps = sum(map(len, spec_tokens)) / spec_wall_s
+    return tps, tps / (sum(map(len, plain_tokens)) / plain_wall_s)
+
+
+def predicted_speedup(tau, k, t_plain, t_draft, t_verify):
+    return formulas.speedup_from_costs(tau, t_plain, t_draft, t_verify, k)
+
+
+def choose_k(rate, k, c, k_max=8):
+    alpha = lab2.alpha_from_rate(rate, k)
+    return alpha, formulas.optimal_k(alpha, c, k_max)[0]
+
+
+REFERENCE = {
+    "lab2.q1": ("greedy_verify_batch", greedy_verify_batch),
+    "lab2.q2": ("commit_step", commit_step),
+    "lab2.q3": ("acceptance_from_log", acceptance_from_log),
+    "lab2.q4": ("speedup_of", speedup_of),
+    "lab2.q5": ("predicted_speedup", predicted_speedup),
+    "lab2.q6": ("choose_k", choose_k),
+}
+
+
+# --- planted mistakes, the common ones ------------------------------------------------------------
+
+
+def greedy_counts_every_match(draft, target_logits):
+    t = target_logits.argmax(-1)
+    n = (draft == t[:, :-1]).sum(1)
+    return n, t.gather(1, n.unsqueeze(1)).squeeze(1)
+
+
+def greedy_no_bonus(draft, target_logits):
+    t = target_logits.argmax(-1)
+    n = (draft == t[:, :-1]).int().cumprod(1).sum(1)
+    return n, t[:, :-1].gather(1, n.clamp(max=draft.shape[1] - 1).unsqueeze(1)).squeeze(1)
+
+
+def greedy_next_from_draft_row(draft, target_logits):  # off by one: the token before the rejection
+    t = target_logits.argmax(-1)
+    n = (draft == t[:, :-1]).int().cumprod(1).sum(1)
+    return n, t.gather(1, (n - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
+
+
+def commit_forgets_pending(lengths, accept_length, k, done):
+    new = lengths + torch.where(done, 0, accept_length)
+    return new, torch.arange(k + 1) >= (new - lengths).unsqueeze(1)
+
+
+def commit_ignores_done(lengths, accept_length, k, done):
+    return lengths + accept_length + 1, torch.arange(k + 1) > accept_length.unsqueeze(1)
+
+
+def log_counts_stopped_rows(accept_log, k):
+    a = np.where(accept_log >= 0, accept_log, 0)
+    return a.mean() + 1, (a[..., None] >= np.arange(1, k + 1)).reshape(-1, k).mean(0)
+
+
+def log_position_is_histogram(accept_log, k):
+    a = accept_log[accept_log >= 0]
+    return a.mean() + 1, np.bincount(a, minlength=k + 1)[1:] / a.size
+
+
+def speedup_counts_rows(spec_tokens, spec_wall_s, plain_tokens, plain_wall_s):
+    return len(spec_tokens) / spec_wall_s, (len(spec_tokens) / spec_wall_s) / (len(plain_tokens) / plain_wall_s)
+
+
+def speedup_wall_ratio(spec_tokens, spec_wall_s, plain_tokens, plain_wall_s):
+    return sum(map(len, spec_tokens)) / spec_wall_s, plain_wall_s / spec_wall_s
+
+
+def predicted_per_step_draft(tau, k, t_plain, t_draft, t_verify):
+    return tau * t_plain / (t_draft + t_verify)
+
+
+def predicted_lab1_verify(tau, k, t_plain, t_draft, t_verify):
+    return tau * t_plain / (k * t_draft + t_plain)
+
+
+def choose_k_rate_is_alpha(rate, k, c, k_max=8):
+    return rate, formulas.optimal_k(rate, c, k_max)[0]
+
+
+def choose_k_ignores_cost(rate, k, c, k_max=8):
+    return lab2.alpha_from_rate(rate, k), k_max
+
+
+PLANTED = [
+    ("lab2.q1", "greedy_verify_batch", greedy_counts_every_match),
+    ("lab2.q1", "greedy_verify_batch", greedy_no_bonus),
+    ("lab2.q1", "greedy_verify_batch", greedy_next_from_draft_row),
+    ("lab2.q2", "commit_step", commit_forgets_pending),
+    ("lab2.q2", "commit_step", commit_ignores_done),
+    ("lab2.q3", "acceptance_from_log", log_counts_stopped_rows),
+    ("lab2.q3", "acceptance_from_log", log_position_is_histogram),
+    ("lab2.q4", "speedup_of", speedup_counts_rows),
+    ("lab2.q4", "speedup_of", speedup_wall_ratio),
+    ("lab2.q5", "predicted_speedup", predicted_per_step_draft),
+    ("lab2.q5", "predicted_speedup", predicted_lab1_verify),
+    ("lab2.q6", "choose_k", choose_k_rate_is_alpha),
+    ("lab2.q6", "choose_k", choose_k_ignores_cost),
+]
+
+
+@pytest.fixture(params=SEEDS)
+def seeded(request, monkeypatch):
+    monkeypatch.setattr(lab2, "_rng", lambda: np.random.default_rng(request.param))
+    return request.param
+
+
+def test_exercise_list():
+    exs = exercises_for_lab(2)
+    assert [e.id for e in exs] == [f"lab2.q{i}" for i in range(1, 7)]
+    assert [e.points for e in exs] == [2, 2, 2, 1, 1, 2]
+
+
+@pytest.mark.parametrize("ex_id", sorted(REFERENCE))
+def test_reference_scores_full(ex_id, seeded):
+    name, fn = REFERENCE[ex_id]
+    res = run_check(get_exercise(ex_id), {name: fn})
+    assert res.score == 1.0, res.message
+
+
+@pytest.mark.parametrize("ex_id", sorted(REFERENCE))
+def test_unseeded_reference_passes_quickly(ex_id):
+    """The real thing, os.urandom seeds; and each check is cheap (no model)."""
+    name, fn = REFERENCE[ex_id]
+    start = time.perf_counter()
+    for _ in range(3):
+        assert run_check(get_exercise(ex_id), {name: fn}).score == 1.0
+    assert (time.perf_counter() - start) / 3 < 0.5
+
+
+@pytest.mark.parametrize("ex_id,name,fn", PLANTED, ids=[f.__name__ for _, _, f in PLANTED])
+def test_planted_mistake_loses_points(ex_id, name, fn, seeded):
+    res = run_check(get_exercise(ex_id), {name: fn})
+    assert res.score < 1.0, res.message
+    assert "first failure" in res.message
+
+
+@pytest.mark.parametrize("ex_id", sorted(REFERENCE))
+def test_missing_name_scores_zero_with_a_clear_message(ex_id):
+    name, _ = REFERENCE[ex_id]
+    res = run_check(get_exercise(ex_id), {})
+    assert res.score == 0.0
+    assert f"define `{name}" in res.message
+
+
+@pytest.mark.parametrize("ex_id", sorted(REFERENCE))
+def test_stub_and_non_function_score_zero(ex_id):
+    name, _ = REFERENCE[ex_id]
+
+    def stub(*args):
+        raise NotImplementedError()
+
+    res = run_check(get_exercise(ex_id), {name: stub})
+    assert res.score == 0.0 and "not implemented" in res.message
+    res = run_check(get_exercise(ex_id), {name: 42})
+    assert res.score == 0.0 and "should be a function" in res.message
+
+
+def test_partial_credit_and_hints(seeded):
+    res = run_check(get_exercise("lab2.q1"), {"greedy_verify_batch": greedy_counts_every_match})
+    assert 0 < res.score < 1 and "leading matches" in res.message
+    res = run_check(get_exercise("lab2.q1"), {"greedy_verify_batch": greedy_no_bonus})
+    assert 0 < res.score < 1 and "bonus" in res.message
+    res = run_check(get_exercise("lab2.q2"), {"commit_step": commit_forgets_pending})
+    assert res.score < 0.5 and "pending token" in res.message  # both halves wrong unless every row is done
+    res = run_check(get_exercise("lab2.q2"), {"commit_step": commit_ignores_done})
+    assert 0 < res.score < 1 and "rides along" in res.message
+    res = run_check(get_exercise("lab2.q3"), {"acceptance_from_log": log_counts_stopped_rows})
+    assert 0 <= res.score < 1 and "-1" in res.message
+    res = run_check(get_exercise("lab2.q3"), {"acceptance_from_log": log_position_is_histogram})
+    assert 0.5 <= res.score < 1 and ">= i" in res.message  # tau right; by position right only at k = 1
+    res = run_check(get_exercise("lab2.q4"), {"speedup_of": speedup_counts_rows})
+    assert res.score == 0.0 and "not the rows" in res.message
+    res = run_check(get_exercise("lab2.q4"), {"speedup_of": speedup_wall_ratio})
+    assert res.score < 1 and "same number of tokens" in res.message
+    res = run_check(get_exercise("lab2.q5"), {"predicted_speedup": predicted_per_step_draft})
+    assert res.score < 1 and "k of them" in res.message
+    res = run_check(get_exercise("lab2.q5"), {"predicted_speedup": predicted_lab1_verify})
+    assert res.score < 1 and "t_verify" in res.message
+    res = run_check(get_exercise("lab2.q6"), {"choose_k": choose_k_rate_is_alpha})
+    assert 0 < res.score < 1 and "solve for alpha" in res.message
+    res = run_check(get_exercise("lab2.q6"), {"choose_k": choose_k_ignores_cost})
+    assert 0.5 <= res.score < 1 and "k_best" in res.message
+
+
+def test_wrong_return_types_get_clear_messages(seeded):
+    res = run_check(get_exercise("lab2.q1"), {"greedy_verify_batch": lambda d, lg: lg.argmax(-1)})
+    assert res.score == 0.0 and "(accept_length [B], next_token [B])" in res.message
+    res = run_check(get_exercise("lab2.q1"),
+                    {"greedy_verify_batch": lambda d, lg: tuple(x.unsqueeze(1) for x in greedy_accept(d, lg))})
+    assert res.score == 0.0 and "must have shape" in res.message
+    res = run_check(get_exercise("lab2.q2"), {"commit_step": lambda ln, a, k, d: (ln + a + 1, None)})
+    assert res.score == 0.0 and "[B, k+1]" in res.message
+    res = run_check(get_exercise("lab2.q3"), {"acceptance_from_log": lambda log, k: 2.0})
+    assert res.score == 0.0 and "(tau, by_position)" in res.message
+    res = run_check(get_exercise("lab2.q5"), {"predicted_speedup": lambda *a: "fast"})
+    assert res.score == 0.0 and "must return a number" in res.message
+    res = run_check(get_exercise("lab2.q6"), {"choose_k": lambda rate, k, c, k_max=8: 3})
+    assert res.score == 0.0 and "(alpha, k_best)" in res.message
+
+
+def test_numpy_and_list_answers_are_accepted(seeded):
+    """A correct answer in numpy or plain lists earns full marks too (only torch is not required)."""
+    def greedy_numpy(draft, target_logits):
+        n, t = greedy_accept(draft, target_logits)
+        return n.numpy(), t.tolist()
+
+    assert run_check(get_exercise("lab2.q1"), {"greedy_verify_batch": greedy_numpy}).score == 1.0
+
+
+def test_alpha_from_rate_inverts_the_rate():
+    for alpha, k in [(0.0, 3), (0.37, 1), (0.8, 4), (0.95, 8), (1.0, 5)]:
+        rate = (formulas.expected_tokens_per_step(alpha, k) - 1) / k
+        assert lab2.alpha_from_rate(rate, k) == pytest.approx(alpha, abs=1e-12)
+
+
+def test_check_in_a_notebook_namespace(capsys):
+    res = check("lab2.q4", {"speedup_of": speedup_of})
+    assert res.score == 1.0
+    assert "lab2.q4 [PASS] 1/1" in capsys.readouterr().out
+
+
+def test_checks_need_no_model():
+    """In a fresh process, grading every exercise with the reference answers loads neither the zoo
+    nor transformers: the checks work on synthetic tensors."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = (
+        "import sys, test_lab2_checks as t\n"
+        "from specdec.grading.registry import get_exercise, run_check\n"
+        "for ex, (name, fn) in t.REFERENCE.items():\n"
+        "    assert run_check(get_exercise(ex), {name: fn}).score == 1.0, ex\n"
+        "heavy = ('specdec.bundle', 'specdec.zoo', 'specdec.decode', 'transformers')\n"
+        "loaded = [m for m in heavy if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).parent, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr

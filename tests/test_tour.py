@@ -1,0 +1,30 @@
+"""`specdec tour`: both labs' sections print and their plots are written."""
+
+import os
+import re
+import subprocess
+import sys
+
+LAB1_PLOTS = ["lab1_tokens_per_step_vs_k.png", "lab1_speedup_vs_k.png", "lab1_accept_length_histogram.png",
+              "lab1_montecarlo_vs_formula.png"]
+LAB2_PLOTS = ["lab2_tau_and_speedup.png"]
+
+
+def test_tour_prints_both_labs_and_writes_plots(tmp_path):
+    out = tmp_path / "tour"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "MPLBACKEND": "Agg"}
+    r = subprocess.run([sys.executable, "-m", "specdec", "tour", "--out", str(out)], capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "== Lab 1" in r.stdout and "== Lab 2" in r.stdout
+    for name in LAB1_PLOTS + LAB2_PLOTS:
+        f = out / name
+        assert f.is_file() and f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+    lab2 = r.stdout[r.stdout.index("== Lab 2"):]
+    rows = {m: line for m in ("plain", "MTP layer", "MTP heads", "draft model", "EAGLE head", "n-gram")
+            for line in lab2.splitlines() if line.startswith(f"| {m} ")}
+    assert len(rows) == 6, lab2
+    assert all(line.rstrip(" |").endswith("yes") for line in rows.values()), lab2  # every output equals plain
+    tau = float(rows["MTP layer"].split("|")[2])
+    assert 1.0 < tau <= 5.0  # k = 4: between 1 and k + 1 tokens per step
+    assert re.search(r"\d+\.\d\dx", rows["EAGLE head"])  # a measured speedup
