@@ -50,7 +50,6 @@ def _stack_q(qs: list) -> torch.Tensor | None:
 
 class Proposer:
     name = "proposer"
-    needs = ()  # bundle parts it uses
 
     def setup(self, decoder, batch: int, k: int) -> None:
         """Allocate state for a generate call (caches, graphs)."""
@@ -108,8 +107,6 @@ class FeatureDraftProposer(Proposer):
 
 
 class MTPLayerProposer(FeatureDraftProposer):
-    needs = ("mtp",)
-
     def __init__(self, bundle):
         if bundle.mtp is None:
             raise ValueError(f"{bundle.name} has no MTP layer (model.mtp_layers.0.*)")
@@ -117,8 +114,6 @@ class MTPLayerProposer(FeatureDraftProposer):
 
 
 class EagleProposer(FeatureDraftProposer):
-    needs = ("eagle",)
-
     def __init__(self, bundle):
         if bundle.eagle is None:
             raise ValueError(f"{bundle.name} has no EAGLE head")
@@ -128,7 +123,7 @@ class EagleProposer(FeatureDraftProposer):
 class HeadsProposer(Proposer):
     """Parallel MTP heads: one forward over the last committed hidden state gives all k drafts."""
 
-    name, needs = "heads", ("heads",)
+    name = "heads"
 
     def __init__(self, bundle):
         if bundle.heads is None:
@@ -154,7 +149,7 @@ class HeadsProposer(Proposer):
 class DraftModelProposer(Proposer):
     """A separate small LM with its own KV cache, run k times autoregressively."""
 
-    name, needs = "draft", ("draft",)
+    name = "draft"
 
     def __init__(self, bundle):
         if bundle.draft is None:

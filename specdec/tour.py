@@ -10,8 +10,6 @@ import importlib
 import time
 from pathlib import Path
 
-import numpy as np
-
 ALPHAS = (0.6, 0.8, 0.9)
 KS = (1, 2, 4, 8)
 C = 0.05  # draft step / target step cost ratio for the table
@@ -43,6 +41,8 @@ def _save(fig, outdir: Path, name: str) -> Path:
 
 def tour_lab1(outdir: str | Path = "tour-output") -> str:
     """Lab 1 in brief: the speedup formula, Monte Carlo against it, a chi-square check; saves 4 plots."""
+    import numpy as np
+
     from specdec import formulas, montecarlo, verify
     from specdec.stats import chi_square_test
 
@@ -109,6 +109,8 @@ def tour_lab1(outdir: str | Path = "tour-output") -> str:
 
 
 def _plot_tokens_per_step(outdir: Path) -> Path:
+    import numpy as np
+
     from specdec.formulas import expected_tokens_per_step
 
     ks = np.arange(1, 17)
@@ -120,6 +122,8 @@ def _plot_tokens_per_step(outdir: Path) -> Path:
 
 
 def _plot_speedup(outdir: Path) -> Path:
+    import numpy as np
+
     from specdec.formulas import optimal_k, walltime_improvement
 
     ks = np.arange(1, 17)
@@ -133,6 +137,8 @@ def _plot_speedup(outdir: Path) -> Path:
 
 
 def _plot_histogram(outdir: Path, iid, markov) -> Path:
+    import numpy as np
+
     fig, ax = _figure("Accepted drafts per step (k = 4)", "accepted drafts", "fraction of steps")
     x = np.arange(iid.k + 1)
     ax.bar(x - 0.2, iid.stats.histogram / iid.stats.steps, width=0.4, label="i.i.d., alpha = 0.8")

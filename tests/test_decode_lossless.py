@@ -71,11 +71,8 @@ def test_eos_and_max_tokens_stop_each_row(tiny_bundle, code_prompts):
 def test_oracle_is_lossless_and_hits_its_acceptance(tiny_bundle, plain, code_prompts, alpha):
     dec = Decoder(tiny_bundle, cuda_graphs="off")
     ref = dec.generate(code_prompts, "ar", max_new_tokens=N, stop_at_eos=False)
-    full = torch.zeros(len(code_prompts), 200, dtype=torch.long)
-    for b, p in enumerate(code_prompts):
-        seq = p + ref.tokens[b]
-        full[b, : len(seq)] = torch.tensor(seq)
-    oracle = OracleProposer(full, alpha, tiny_bundle.target.config.vocab_size, seed=1)
+    oracle = OracleProposer.from_continuations(code_prompts, ref.tokens, alpha, tiny_bundle.target.config.vocab_size,
+                                               seed=1, length=200)
     res = dec.generate(code_prompts, "oracle", k=3, max_new_tokens=N, proposer=oracle, stop_at_eos=False)
     assert res.tokens == ref.tokens
     by_pos = res.stats.by_position

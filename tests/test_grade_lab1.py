@@ -4,62 +4,16 @@ zero, a planted wrong answer loses exactly its exercise's points, and labs/ agre
 
 from __future__ import annotations
 
-import json
-import os
-import re
-import subprocess
-import sys
-from pathlib import Path
-from typing import Any
-
 import pytest
+from notebook_tools import REPO, grade, lab_points, plant_wrong_answer, specdec
 
-from specdec.grading import exercises_for_lab
-from specdec.grading.submission import load_submission
-
-REPO = Path(__file__).resolve().parents[1]
 SOLUTION = REPO / "solutions" / "01_simulated_loop.ipynb"
 LAB = REPO / "labs" / "01_simulated_loop.ipynb"
 
-pytestmark = pytest.mark.skipif(not SOLUTION.exists(), reason="solutions/01_simulated_loop.ipynb is not written yet")
-
-BLOCK = re.compile(r"^([ \t]*)### BEGIN SOLUTION[ \t]*\n.*?^[ \t]*### END SOLUTION[ \t]*$", re.S | re.M)
-
-
-def specdec(*argv: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "SPECDEC_EXTRA_CHECKS"}
-    return subprocess.run([sys.executable, "-m", "specdec", *argv], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=900)
-
-
-def grade(notebook: Path, tmp_path: Path) -> dict[str, Any]:
-    results = tmp_path / "results.json"
-    proc = specdec("grade", str(notebook), "--json", str(results))
-    assert proc.returncode == 0, proc.stderr + proc.stdout
-    return json.loads(results.read_text())
 
 
 def lab1_points() -> dict[str, float]:
-    return {e.id: float(e.points) for e in exercises_for_lab(1)}
-
-
-def plant_wrong_answer(solution: Path, out: Path) -> str:
-    """Copy the solution with the last exercise's blocks answering wrong; return that exercise's id."""
-    nb = json.loads(solution.read_text())
-    sections = load_submission(solution).answer_cells()  # exercise id -> numbers of its answer cells
-
-    def source(number: int) -> str:
-        src = nb["cells"][number - 1]["source"]
-        return "".join(src) if isinstance(src, list) else src
-
-    with_blocks = [ex for ex, cells in sections.items() if any(BLOCK.search(source(n)) for n in cells)]
-    target = max(with_blocks, key=lambda ex: int(ex.split(".q")[1]))  # nothing later builds on it
-    for n in sections[target]:
-        # inside a function: a wrong value; at top level: nothing (the names it defines are missing)
-        wrong = BLOCK.sub(lambda m: m.group(1) + ("return 0" if m.group(1) else "pass"), source(n))
-        nb["cells"][n - 1]["source"] = wrong
-    out.write_text(json.dumps(nb))
-    return target
+    return lab_points(1)
 
 
 def test_solution_scores_full_marks(tmp_path):

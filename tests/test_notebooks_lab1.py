@@ -2,11 +2,13 @@
 untouched lab (solution blocks replaced by stubs, as the lab generator does) runs to the end with zero."""
 
 import re
-import time
 from pathlib import Path
 
 import nbformat
 import pytest
+from notebook_tools import assert_committed_clean, exercise_cells, text_of
+from notebook_tools import execute as run_notebook
+from notebook_tools import untouched_lab as lab_of
 
 ROOT = Path(__file__).resolve().parents[1]
 LECTURE = ROOT / "notebooks" / "01_simulated_loop.ipynb"
@@ -14,49 +16,21 @@ SOLUTION = ROOT / "solutions" / "01_simulated_loop.ipynb"
 BUDGET_S = 120  # the course's limit per Lab 1 notebook on 2 CPU cores
 
 
-def execute(nb: nbformat.NotebookNode, cwd: Path) -> tuple[nbformat.NotebookNode, float]:
-    from nbclient import NotebookClient
-
-    start = time.perf_counter()
-    NotebookClient(nb, kernel_name="python3", timeout=120, resources={"metadata": {"path": str(cwd)}}).execute()
-    return nb, time.perf_counter() - start
+def execute(nb, cwd):
+    return run_notebook(nb, cwd, timeout=BUDGET_S)
 
 
-def text_of(nb: nbformat.NotebookNode) -> str:
-    return "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
-
-
-def untouched_lab() -> nbformat.NotebookNode:
-    """The student notebook, as `specdec labs` generates it from the solution."""
-    from specdec.grading.labgen import lab_text
-
-    return nbformat.reads(lab_text(SOLUTION), as_version=4)
+def untouched_lab():
+    return lab_of(SOLUTION)
 
 
 @pytest.mark.parametrize("path", [LECTURE, SOLUTION], ids=["lecture", "solution"])
 def test_committed_without_outputs(path):
-    nb = nbformat.read(path, as_version=4)
-    nbformat.validate(nb)
-    assert nb.metadata.kernelspec.name == "python3"
-    for cell in nb.cells:
-        if cell.cell_type == "code":
-            assert cell.outputs == [] and cell.execution_count is None, cell.source[:60]
+    assert_committed_clean(path)
 
 
 def test_exercise_cells_follow_the_convention():
-    nb = nbformat.read(SOLUTION, as_version=4)
-    cells = nb.cells
-    found = []
-    for i, cell in enumerate(cells):
-        if cell.cell_type == "code" and "### BEGIN SOLUTION" in cell.source:
-            assert cell.source.count("### BEGIN SOLUTION") == cell.source.count("### END SOLUTION")
-            nxt = cells[i + 1]
-            m = re.fullmatch(r'check\("(lab1\.q\d+)"\)', nxt.source.strip())
-            assert nxt.cell_type == "code" and m, f"cell {i + 1} should be check(...)"
-            found.append(m.group(1))
-            markdown = "".join(c.source for c in cells[:i] if c.cell_type == "markdown")
-            assert m.group(1) in markdown
-    assert found == [f"lab1.q{i}" for i in range(1, 8)]
+    assert exercise_cells(SOLUTION, 1) == [f"lab1.q{i}" for i in range(1, 8)]
 
 
 @pytest.mark.slow

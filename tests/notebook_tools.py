@@ -1,0 +1,125 @@
+"""Helpers shared by the notebook and end-to-end grading tests of every lab."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import nbformat
+
+REPO = Path(__file__).resolve().parents[1]
+BLOCK = re.compile(r"^([ \t]*)### BEGIN SOLUTION[ \t]*\n.*?^[ \t]*### END SOLUTION[ \t]*$", re.S | re.M)
+
+
+def execute(nb: nbformat.NotebookNode, cwd: Path, timeout: int) -> tuple[nbformat.NotebookNode, float]:
+    """Run a notebook in a Jupyter kernel (as a student would); return it with outputs and the seconds."""
+    from nbclient import NotebookClient
+
+    start = time.perf_counter()
+    NotebookClient(nb, kernel_name="python3", timeout=timeout, resources={"metadata": {"path": str(cwd)}}).execute()
+    return nb, time.perf_counter() - start
+
+
+def text_of(nb: nbformat.NotebookNode) -> str:
+    return "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+
+
+def images_in(nb: nbformat.NotebookNode) -> int:
+    return sum("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+
+
+def untouched_lab(solution: Path) -> nbformat.NotebookNode:
+    """The student notebook, as `specdec labs` generates it from the solution."""
+    from specdec.grading.labgen import lab_text
+
+    return nbformat.reads(lab_text(solution), as_version=4)
+
+
+def assert_committed_clean(path: Path) -> None:
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    assert nb.metadata.kernelspec.name == "python3"
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None, cell.source[:60]
+
+
+def exercise_cells(solution: Path, lab: int) -> list[str]:
+    """Exercise ids in order, checking the convention: a BEGIN/END block, then a check() cell, and
+    the id named in the markdown before it."""
+    cells = nbformat.read(solution, as_version=4).cells
+    found = []
+    for i, cell in enumerate(cells):
+        if cell.cell_type == "code" and "### BEGIN SOLUTION" in cell.source:
+            assert cell.source.count("### BEGIN SOLUTION") == cell.source.count("### END SOLUTION")
+            nxt = cells[i + 1]
+            m = re.fullmatch(rf'check\("(lab{lab}\.q\d+)"\)', nxt.source.strip())
+            assert nxt.cell_type == "code" and m, f"cell {i + 1} should be check(...)"
+            found.append(m.group(1))
+            markdown = "".join(c.source for c in cells[:i] if c.cell_type == "markdown")
+            assert m.group(1) in markdown
+    return found
+
+
+def specdec(*argv: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "SPECDEC_EXTRA_CHECKS"}
+    return subprocess.run([sys.executable, "-m", "specdec", *argv], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=900)
+
+
+def grade(notebook: Path, tmp_path: Path) -> dict[str, Any]:
+    results = tmp_path / "results.json"
+    proc = specdec("grade", str(notebook), "--json", str(results))
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    return json.loads(results.read_text())
+
+
+def lab_points(lab: int) -> dict[str, float]:
+    from specdec.grading import exercises_for_lab
+
+    return {e.id: float(e.points) for e in exercises_for_lab(lab)}
+
+
+def plant_wrong_answer(solution: Path, out: Path, exercise: str | None = None) -> str:
+    """Copy the solution with one exercise's blocks answering wrong (by default the last one:
+    nothing later builds on it); return that exercise's id."""
+    from specdec.grading.submission import load_submission
+
+    nb = json.loads(solution.read_text())
+    sections = load_submission(solution).answer_cells()  # exercise id -> numbers of its answer cells
+
+    def source(number: int) -> str:
+        src = nb["cells"][number - 1]["source"]
+        return "".join(src) if isinstance(src, list) else src
+
+    with_blocks = [ex for ex, cells in sections.items() if any(BLOCK.search(source(n)) for n in cells)]
+    target = exercise or max(with_blocks, key=lambda ex: int(ex.split(".q")[1]))
+    for n in sections[target]:
+        # inside a function: a wrong value; at top level: nothing (the names it defines are missing)
+        wrong = BLOCK.sub(lambda m: m.group(1) + ("return 0" if m.group(1) else "pass"), source(n))
+        nb["cells"][n - 1]["source"] = wrong
+    out.write_text(json.dumps(nb))
+    return target
+
+
+def assert_check_contract(exercise_id: str, name: str) -> None:
+    """Every exercise's check: a missing name, a stub and a non-function each score zero, clearly."""
+    from specdec.grading.registry import get_exercise, run_check
+
+    ex = get_exercise(exercise_id)
+    res = run_check(ex, {})
+    assert res.score == 0.0 and f"define `{name}" in res.message
+
+    def stub(*args):
+        raise NotImplementedError()
+
+    res = run_check(ex, {name: stub})
+    assert res.score == 0.0 and "not implemented" in res.message
+    res = run_check(ex, {name: 42})
+    assert res.score == 0.0 and "should be a function" in res.message
