@@ -4,6 +4,8 @@ import pytest
 import torch
 
 os.environ.setdefault("MPLBACKEND", "Agg")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no test may download anything
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
 
