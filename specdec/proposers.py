@@ -44,8 +44,31 @@ def choose(logits: torch.Tensor, ctx: StepContext):
     return torch.multinomial(q, 1, generator=ctx.generator).squeeze(1), q
 
 
-def _stack_q(qs: list) -> torch.Tensor | None:
-    return None if qs[0] is None else torch.stack(qs, dim=1)
+def autoregress(logits: torch.Tensor, k: int, ctx: StepContext, step):
+    """k drafts, one at a time: choose from logits [B, V], then `step(i, draft)` gives the next logits.
+    Returns drafts [B, k] and their distributions [B, k, V] (None when greedy)."""
+    drafts, qs = [], []
+    for i in range(k):
+        d, q = choose(logits, ctx)
+        drafts.append(d)
+        qs.append(q)
+        if i + 1 < k:
+            logits = step(i, d)
+    return torch.stack(drafts, 1), None if qs[0] is None else torch.stack(qs, dim=1)
+
+
+class CachedProposer:
+    """A proposer with its own KV cache: one per batch size, kept, because captured graphs point
+    at the cache tensors of the batch size they were captured for."""
+
+    def cache_for(self, model, decoder, batch: int) -> KVCache:
+        caches = self.__dict__.setdefault("_caches", {})
+        key = (batch, decoder.max_len)
+        if key not in caches:
+            caches[key] = KVCache.for_model(model, batch, decoder.max_len)
+        cache = caches[key]
+        cache.reset()
+        return cache
 
 
 class Proposer:
@@ -61,7 +84,7 @@ class Proposer:
         raise NotImplementedError
 
 
-class FeatureDraftProposer(Proposer):
+class FeatureDraftProposer(CachedProposer, Proposer):
     """MTP layer or EAGLE head: a one-layer draft fed (hidden state, next token), applied k times.
 
     Each step first *extends* the draft's own KV cache over the positions the target just
@@ -75,9 +98,7 @@ class FeatureDraftProposer(Proposer):
 
     def setup(self, decoder, batch, k):
         self.decoder = decoder
-        if getattr(self, "cache", None) is None or self.cache.batch != batch or self.cache.max_len != decoder.max_len:
-            self.cache = KVCache.for_model(self.module, batch, decoder.max_len)
-        self.cache.reset()
+        self.cache = self.cache_for(self.module, decoder, batch)
 
     def _step(self, hidden, ids, pos):
         g = self.module(hidden, ids, pos, self.target.embed_tokens, self.cache, self.decoder.kv_len(pos))
@@ -94,16 +115,14 @@ class FeatureDraftProposer(Proposer):
         last = ctx.n_valid - 1
         g, logits = g[rows, last].unsqueeze(1), logits[rows, last]  # [B, 1, H], [B, V]
         p = ctx.seq_len.unsqueeze(1) - 1  # position of the pending token, where the next draft step runs
-        drafts, qs = [], []
-        for i in range(k):
-            d, q = choose(logits, ctx)
-            drafts.append(d)
-            qs.append(q)
-            if i + 1 < k:
-                single = self.decoder.graphed(f"{self.name}-step", self._step, (g, d.unsqueeze(1), p + i))
-                g, logits = single(g, d.unsqueeze(1), p + i)
-                logits = logits[:, 0]
-        return torch.stack(drafts, 1), _stack_q(qs)
+
+        def step(i, d):  # the draft reads its own output state and its own proposal
+            nonlocal g
+            single = self.decoder.graphed(f"{self.name}-step", self._step, (g, d.unsqueeze(1), p + i))
+            g, out = single(g, d.unsqueeze(1), p + i)
+            return out[:, 0]
+
+        return autoregress(logits, k, ctx, step)
 
 
 class MTPLayerProposer(FeatureDraftProposer):
@@ -143,10 +162,10 @@ class HeadsProposer(Proposer):
         h = ctx.hidden[rows, ctx.n_valid - 1]  # [B, H]
         logits = self.decoder.graphed("heads", self._logits, (h,))(h)[:, :k]
         drafts, qs = zip(*(choose(logits[:, i], ctx) for i in range(k)))
-        return torch.stack(drafts, 1), _stack_q(list(qs))
+        return torch.stack(drafts, 1), None if qs[0] is None else torch.stack(qs, dim=1)
 
 
-class DraftModelProposer(Proposer):
+class DraftModelProposer(CachedProposer, Proposer):
     """A separate small LM with its own KV cache, run k times autoregressively."""
 
     name = "draft"
@@ -158,9 +177,7 @@ class DraftModelProposer(Proposer):
 
     def setup(self, decoder, batch, k):
         self.decoder = decoder
-        if getattr(self, "cache", None) is None or self.cache.batch != batch or self.cache.max_len != decoder.max_len:
-            self.cache = KVCache.for_model(self.draft, batch, decoder.max_len)
-        self.cache.reset()
+        self.cache = self.cache_for(self.draft, decoder, batch)
 
     def _forward(self, ids, pos):
         return self.draft(ids, pos, self.cache, self.decoder.kv_len(pos))[0]
@@ -177,15 +194,12 @@ class DraftModelProposer(Proposer):
         p = ctx.seq_len.unsqueeze(1) - 2 + torch.arange(2, device=ctx.seq_len.device)  # [B, 2]
         ids = ctx.tokens.gather(1, p)
         logits = self.decoder.graphed("draft-2", self._forward, (ids, p))(ids, p)[:, -1]
-        drafts, qs = [], []
-        for i in range(k):
-            d, q = choose(logits, ctx)
-            drafts.append(d)
-            qs.append(q)
-            if i + 1 < k:
-                pos = p[:, 1:] + i + 1
-                logits = self.decoder.graphed("draft-1", self._forward, (d.unsqueeze(1), pos))(d.unsqueeze(1), pos)[:, 0]
-        return torch.stack(drafts, 1), _stack_q(qs)
+
+        def step(i, d):  # feed draft i at the position after the last one
+            pos = p[:, 1:] + i + 1
+            return self.decoder.graphed("draft-1", self._forward, (d.unsqueeze(1), pos))(d.unsqueeze(1), pos)[:, 0]
+
+        return autoregress(logits, k, ctx, step)
 
 
 def ngram_lookup(history: np.ndarray, k: int, max_n: int = 3, min_n: int = 1) -> np.ndarray:

@@ -21,6 +21,7 @@ def test_emulated_graphs_match_eager_for_every_proposer(tiny_bundle, code_prompt
     assert twin.use_graphs and twin.kv_len(torch.tensor([3])) == twin.max_len  # fixed shapes
     assert run_all(twin, code_prompts) == eager
     assert run_all(twin, code_prompts[:1]) == {m: t[:1] for m, t in eager.items()}  # graphs per batch size
+    assert run_all(twin, code_prompts) == eager  # and back: each batch size keeps its caches and graphs
     assert len(twin._graphs) > 0 and all(isinstance(g, EmulatedGraph) for g in twin._graphs.values())
 
 
@@ -49,4 +50,7 @@ def test_cuda_graphs_match_eager_on_gpu(code_prompts):
     eager = run_all(Decoder(bundle, cuda_graphs="off"), code_prompts)
     graphed = Decoder(bundle, cuda_graphs="on")
     assert graphed.graph_mode == "cuda"
+    assert run_all(graphed, code_prompts) == eager
+    # batch 4 -> 1 -> 4: a real graph bakes in the addresses of the caches it was captured with
+    assert run_all(graphed, code_prompts[:1]) == {m: t[:1] for m, t in eager.items()}
     assert run_all(graphed, code_prompts) == eager
