@@ -58,7 +58,7 @@ def copy_bandwidth() -> float:
     return 2 * x.numel() / t
 
 
-def model_1b(max_len: int) -> Transformer:
+def model_1b() -> Transformer:
     torch.manual_seed(0)
     cfg = ModelConfig(**LLAMA_1B)
     with torch.device("cuda"):
@@ -80,7 +80,7 @@ def bench_latency(args) -> dict:
     bw = copy_bandwidth()
     log(f"copy bandwidth {bw / 1e12:.2f} TB/s (read + write)")
     max_len, ctx = 1024, 512
-    model = model_1b(max_len)
+    model = model_1b()
     n_params = sum(p.numel() for p in model.parameters())
     out = {"model": "Llama-3.2-1B shape, random bf16 weights", "params": n_params, "copy_bandwidth_Bps": bw,
            "context": ctx, "max_len": max_len, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": []}
@@ -133,14 +133,13 @@ def bench_latency(args) -> dict:
         if args.out:  # keep what is done if a later batch size runs out of time
             with open(args.out, "w") as f:
                 json.dump(out, f, indent=2)
-        del cache
         torch.cuda.empty_cache()
     return out
 
 
 def bench_oracle(args) -> dict:
     max_len, prompt_len, new = 1024, 128, 512
-    model = model_1b(max_len)
+    model = model_1b()
     bundle = ModelBundle(name="llama-1b-random", target=model, tokenizer=None)
     dec = Decoder(bundle, cuda_graphs="on", max_len=max_len)
     torch.manual_seed(1)

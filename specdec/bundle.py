@@ -58,16 +58,13 @@ def resolve_paths(spec: str, draft: str | None = None) -> tuple[str, dict[str, P
     elif "/" in spec and not spec.startswith((".", "/")) and spec.count("/") == 1:
         paths = {"target": _download(spec)}
     else:
-        known = ", ".join(_zoo_names()) or "none"
+        from specdec.zoo.registry import known_zoos
+
+        known = ", ".join(known_zoos()) or "none"
         raise ModelNotFound(f"unknown model {spec!r}: not a zoo name (known: {known}), a directory, or a Hugging Face id")
     if draft:  # an explicit draft replaces the one found beside the target
         paths["draft"] = Path(draft) if Path(draft).is_dir() else resolve_paths(draft)[1]["target"]
     return spec, paths
-
-
-def _zoo_names() -> list[str]:
-    from specdec.zoo.registry import known_zoos
-    return known_zoos()
 
 
 def _download(repo_id: str) -> Path:

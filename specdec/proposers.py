@@ -14,7 +14,6 @@ import numpy as np
 import torch
 
 from specdec.kv_cache import KVCache
-from specdec.verify_batch import sample_tokens
 
 
 @dataclass

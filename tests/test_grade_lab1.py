@@ -4,7 +4,6 @@ zero, a planted wrong answer loses exactly its exercise's points, and labs/ agre
 
 from __future__ import annotations
 
-import pytest
 from notebook_tools import REPO, grade, lab_points, plant_wrong_answer, specdec
 
 SOLUTION = REPO / "solutions" / "01_simulated_loop.ipynb"

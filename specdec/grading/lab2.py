@@ -9,7 +9,7 @@ No model is loaded: every check runs on synthetic tensors in a few milliseconds.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
