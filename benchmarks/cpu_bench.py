@@ -22,8 +22,8 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from specdec.bundle import load_bundle
-from specdec.decode import Decoder
+from specdec.decoder.engine import Decoder
+from specdec.zoo import load_bundle
 from specdec.zoo.corpus import build_corpus
 from specdec.zoo.evaluate import PROMPT_TOKENS, _machine, spread_windows, trained_tokenizer
 from specdec.zoo.report import LABELS, table

@@ -19,13 +19,14 @@ import time
 
 import torch
 
-from specdec.bundle import ModelBundle, load_bundle
-from specdec.cuda_graphs import GraphedStep
-from specdec.decode import Decoder
-from specdec.formulas import expected_tokens_per_step, speedup_from_costs
-from specdec.kv_cache import KVCache
-from specdec.model import ModelConfig, Transformer, fuse_projections
-from specdec.proposers import OracleProposer
+from specdec.decoder.bundle import ModelBundle
+from specdec.decoder.cuda_graphs import GraphedStep
+from specdec.decoder.engine import Decoder
+from specdec.decoder.kv_cache import KVCache
+from specdec.decoder.model import ModelConfig, Transformer, fuse_projections
+from specdec.decoder.proposers import OracleProposer
+from specdec.sim.formulas import expected_tokens_per_step, speedup_from_costs
+from specdec.zoo import load_bundle
 
 LLAMA_1B = dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
                 num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=4096,

@@ -125,8 +125,8 @@ def compare_with_specdec(results: list[dict], out: str) -> None:
     import torch
 
     sys.path.insert(0, str(ZOO.parents[2]))
-    from specdec.bundle import load_bundle
-    from specdec.decode import Decoder
+    from specdec.decoder.engine import Decoder
+    from specdec.zoo import load_bundle
 
     rows = []
     for dtype in (torch.bfloat16, torch.float32):

@@ -12,7 +12,7 @@ torch.set_num_threads(min(2, torch.get_num_threads()))
 @pytest.fixture(scope="session")
 def tiny_bundle():
     """The shipped zoo in fp32 on the CPU, every part loaded."""
-    from specdec.bundle import load_bundle
+    from specdec.zoo import load_bundle
 
     return load_bundle("tiny", device="cpu", dtype=torch.float32)
 

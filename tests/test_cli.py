@@ -23,3 +23,11 @@ def test_bad_decode_input_is_one_line():
     r = run("decode", "--model", "no-such-model", "--max-new-tokens", "4")
     assert r.returncode != 0
     assert "no-such-model" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_verb_imports_only_its_own_module():
+    """`specdec sim` is Lab 1: numpy only, never torch (only the chosen verb's module is imported)."""
+    code = ("import sys, specdec.cli as c; c.main(['sim', '--alpha', '0.5', '--k', '2', '--json']); "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip().splitlines()[-1] == "False", out.stderr

@@ -5,8 +5,8 @@ contract: inputs copied into fixed tensors, outputs overwritten in place at ever
 import pytest
 import torch
 
-from specdec.cuda_graphs import EmulatedGraph, graph_mode
-from specdec.decode import Decoder
+from specdec.decoder.cuda_graphs import EmulatedGraph, graph_mode
+from specdec.decoder.engine import Decoder
 
 METHODS = ["ar", "mtp", "heads", "draft", "eagle", "ngram"]
 
@@ -44,7 +44,7 @@ def test_graph_mode_switch():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA; the CPU twin above tests the same loop")
 def test_cuda_graphs_match_eager_on_gpu(code_prompts):
-    from specdec.bundle import load_bundle
+    from specdec.zoo import load_bundle
 
     bundle = load_bundle("tiny", device="cuda", dtype=torch.float32)
     eager = run_all(Decoder(bundle, cuda_graphs="off"), code_prompts)

@@ -56,10 +56,9 @@ def test_k_zero():
 def test_draft_with_another_vocabulary(tmp_path, model):
     """--draft replaces the zoo's own draft, whether the model is named by zoo or by directory."""
     import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
 
     from specdec.zoo.registry import PACKAGE_DIR
-
-    from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=100, hidden_size=16, intermediate_size=32, num_hidden_layers=1,

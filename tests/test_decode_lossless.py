@@ -5,8 +5,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from specdec.decode import Decoder
-from specdec.proposers import OracleProposer
+from specdec.decoder.engine import Decoder
+from specdec.decoder.proposers import OracleProposer
 
 METHODS = ["mtp", "heads", "draft", "eagle", "ngram"]
 N = 40
@@ -24,7 +24,7 @@ def plain(decoder, code_prompts):
 
 def test_plain_equals_transformers_generate(tiny_bundle, plain, code_prompts):
     hf = AutoModelForCausalLM.from_pretrained(str(tiny_bundle.paths["target"]), dtype=torch.float32).eval()
-    eos = tiny_bundle.eos_token_id
+    eos = tiny_bundle.eos_token_ids[0]
     for b, p in enumerate(code_prompts):
         out = hf.generate(torch.tensor([p]), do_sample=False, max_new_tokens=N, eos_token_id=eos,
                           pad_token_id=tiny_bundle.target.config.pad_token_id)

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from specdec import formulas
+from specdec.sim import formulas
 
 
 def brute_tau(alpha: float, k: int) -> float:

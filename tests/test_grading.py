@@ -363,7 +363,7 @@ def test_check_in_a_notebook_gives_feedback(capsys):
 
 
 def test_command_modules_import_no_heavy_modules():
-    code = ("import sys, specdec.grading.cli, specdec.grading.labgen, specdec.grading.runner, specdec.grading.report;"
+    code = ("import sys, specdec.cli.grade, specdec.grading.runner, specdec.grading.report;"
             "print(sorted(m for m in ('torch', 'numpy', 'IPython', 'nbformat') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert proc.stdout.strip() == "[]", proc.stderr

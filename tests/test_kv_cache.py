@@ -6,8 +6,8 @@ import random
 import pytest
 import torch
 
-from specdec.kv_cache import KVCache
-from specdec.model import ModelConfig, Transformer
+from specdec.decoder.kv_cache import KVCache
+from specdec.decoder.model import ModelConfig, Transformer
 
 
 @pytest.fixture(scope="module")

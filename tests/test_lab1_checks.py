@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 from notebook_tools import assert_check_contract
 
-from specdec import formulas, stats, verify
-from specdec.grading import check, exercises_for_lab
-from specdec.grading import lab1
+from specdec.grading import check, exercises_for_lab, lab1
 from specdec.grading.registry import get_exercise, run_check
+from specdec.sim import formulas, stats, verify
 
 SEEDS = [0, 1, 2, 3, 4]
 

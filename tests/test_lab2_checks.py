@@ -8,15 +8,14 @@ import time
 
 import numpy as np
 import pytest
-from notebook_tools import assert_check_contract
 import torch
+from notebook_tools import assert_check_contract
 
-from specdec import formulas, stats
-from specdec.grading import check, exercises_for_lab
-from specdec.grading import lab2
+from specdec.decoder.kv_cache import KVCache
+from specdec.decoder.verify import greedy_accept
+from specdec.grading import check, exercises_for_lab, lab2
 from specdec.grading.registry import get_exercise, run_check
-from specdec.kv_cache import KVCache
-from specdec.verify_batch import greedy_accept
+from specdec.sim import formulas, stats
 
 SEEDS = [0, 1, 2, 3, 4]
 
@@ -263,7 +262,7 @@ def test_checks_need_no_model():
         "from specdec.grading.registry import get_exercise, run_check\n"
         "for ex, (name, fn) in t.REFERENCE.items():\n"
         "    assert run_check(get_exercise(ex), {name: fn}).score == 1.0, ex\n"
-        "heavy = ('specdec.bundle', 'specdec.zoo', 'specdec.decode', 'transformers')\n"
+        "heavy = ('specdec.decoder.bundle', 'specdec.zoo', 'specdec.decoder.engine', 'transformers')\n"
         "loaded = [m for m in heavy if m in sys.modules]\n"
         "assert not loaded, loaded\n"
     )

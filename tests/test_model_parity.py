@@ -6,8 +6,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
-from specdec.checkpoint import load_transformer
-from specdec.kv_cache import KVCache
+from specdec.decoder.checkpoint import load_transformer
+from specdec.decoder.kv_cache import KVCache
 
 TOL = 1e-4
 
@@ -90,7 +90,7 @@ def test_llama_gqa_rope_scaling_matches_transformers(llama_pair):
 
 
 def test_unsupported_config_is_a_clear_error(tmp_path):
-    from specdec.model import ModelConfig
+    from specdec.decoder.model import ModelConfig
 
     with pytest.raises(ValueError, match="unsupported model_type"):
         ModelConfig.from_hf({"model_type": "gpt2"})
@@ -104,7 +104,7 @@ def test_fused_projections_give_the_same_logits(tiny_bundle, code_prompts):
     """The GPU path packs q/k/v and gate/up into single matmuls; the numbers must not change."""
     import copy
 
-    from specdec.model import fuse_projections
+    from specdec.decoder.model import fuse_projections
 
     ids = torch.tensor([code_prompts[0]])
     fused = fuse_projections(copy.deepcopy(tiny_bundle.target))

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from specdec import formulas, montecarlo
-from specdec.stats import (
+from specdec.sim import formulas, montecarlo
+from specdec.sim.stats import (
     AcceptanceStats,
     accept_length_histogram,
     acceptance_by_position,

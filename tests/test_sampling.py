@@ -6,12 +6,12 @@ import itertools
 import pytest
 import torch
 
-import specdec.decode as decode_mod
-from specdec.bundle import ModelBundle
-from specdec.decode import Decoder
-from specdec.heads import MTPLayer
-from specdec.model import ModelConfig, Transformer, init_weights
-from specdec.stats import chi_square_test
+import specdec.decoder.engine as decode_mod
+from specdec.decoder.bundle import ModelBundle
+from specdec.decoder.draft_modules import MTPLayer
+from specdec.decoder.engine import Decoder
+from specdec.decoder.model import ModelConfig, Transformer, init_weights
+from specdec.sim.stats import chi_square_test
 
 V, N_ROWS, T = 6, 6000, 1.0
 PROMPT = [1, 4, 2]

@@ -5,8 +5,8 @@ a planted bug (after a rejection, sampling from q instead of the residual)."""
 import numpy as np
 import pytest
 
-from specdec import montecarlo, verify
-from specdec.stats import chi_square_test
+from specdec.sim import montecarlo, verify
+from specdec.sim.stats import chi_square_test
 
 SIGNIFICANCE = 1e-3  # reject "samples follow p" when the p-value is below this
 

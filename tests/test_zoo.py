@@ -51,7 +51,7 @@ def test_project_tokenizer_encodes_as_trained():
     """specdec's loader must encode exactly as tokenizer.json (the tokenizer the zoo was trained with)."""
     from tokenizers import Tokenizer
 
-    from specdec.zoo.tokenizer import load_tokenizer
+    from specdec.decoder.bundle import load_tokenizer
 
     text = "def f(x):\n    return [1, 22, 333]  # Monday, Tuesday\n"
     raw = Tokenizer.from_file(str(ZOO / "target" / "tokenizer.json")).encode(text).ids
@@ -107,7 +107,7 @@ def test_zoo_fits_the_size_budget():
 
 # -- training and corpus ------------------------------------------------------------------------
 def test_short_cpu_training_lowers_the_loss():
-    from specdec.model import ModelConfig, Transformer
+    from specdec.decoder.model import ModelConfig, Transformer
     from specdec.zoo.recipes import Stage
     from specdec.zoo.train import eval_lm, sample_batch, train_lm
 

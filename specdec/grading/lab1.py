@@ -11,8 +11,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from specdec import formulas, stats, verify
 from specdec.grading.registry import CheckResult, exercise
+from specdec.sim import formulas, stats, verify
 
 
 class _Failed:

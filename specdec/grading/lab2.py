@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from specdec import formulas, stats
+from specdec.decoder.kv_cache import KVCache
+from specdec.decoder.verify import greedy_accept
 from specdec.grading.lab1 import _call, _Failed, _lookup, _score
 from specdec.grading.registry import CheckResult, exercise
-from specdec.kv_cache import KVCache
-from specdec.verify_batch import greedy_accept
+from specdec.sim import formulas, stats
 
 
 def _rng() -> np.random.Generator:

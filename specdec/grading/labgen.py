@@ -1,4 +1,4 @@
-"""`specdec labs`: generate the student notebooks labs/NN_x.ipynb from solutions/NN_x.ipynb.
+"""Generate the student notebooks labs/NN_x.ipynb from solutions/NN_x.ipynb.
 
 In code cells, the lines from `### BEGIN SOLUTION` to `### END SOLUTION` become one line
 `raise NotImplementedError()` at the marker's indentation; in markdown cells, the lines from
@@ -8,14 +8,13 @@ execution counts are stripped; notebook metadata is kept. `--check` only compare
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specdec.cli import UsageError
+import nbformat
 
 # Cell metadata that only records a past run (JupyterLab timings, collapsed outputs).
 RUN_METADATA = ("execution", "collapsed", "scrolled")
@@ -100,8 +99,6 @@ def make_lab(nb: dict[str, Any], name: str) -> dict[str, Any]:
 
 def lab_text(solution: Path) -> str:
     """The text of the lab notebook generated from one solution notebook."""
-    import nbformat  # here, not at import: `specdec --help` stays light
-
     try:
         nb = json.loads(solution.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -119,11 +116,8 @@ def lab_text(solution: Path) -> str:
 def generate(solutions: Path, labs: Path) -> dict[Path, str]:
     """Lab path -> its text, for every solution notebook (all built before anything is written)."""
     if not solutions.is_dir():
-        raise UsageError(f"{solutions}: no such folder (run from the repository root, or pass --solutions)")
-    try:
-        return {labs / src.name: lab_text(src) for src in sorted(solutions.glob("*.ipynb"))}
-    except LabgenError as exc:
-        raise UsageError(str(exc)) from None
+        raise LabgenError(f"{solutions}: no such folder (run from the repository root, or pass --solutions)")
+    return {labs / src.name: lab_text(src) for src in sorted(solutions.glob("*.ipynb"))}
 
 
 def drift(expected: dict[Path, str], labs: Path) -> list[str]:
@@ -140,41 +134,8 @@ def drift(expected: dict[Path, str], labs: Path) -> list[str]:
     return problems
 
 
-def _count(expected: dict[Path, str]) -> str:
-    return f"{len(expected)} notebook" + ("" if len(expected) == 1 else "s")
-
-
 def write(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8", newline="\n") as f:
         f.write(text)
     os.replace(tmp, path)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--solutions", default="solutions", metavar="DIR", help="solution notebooks (default solutions/)")
-    parser.add_argument("--labs", default="labs", metavar="DIR", help="where the labs go (default labs/)")
-    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if labs/ is out of date")
-
-
-def main(args: argparse.Namespace) -> int:
-    solutions, labs = Path(args.solutions), Path(args.labs)
-    expected = generate(solutions, labs)
-    if args.check:
-        problems = drift(expected, labs)
-        for p in problems:
-            print(p)
-        if problems:
-            print(f"{labs}/ is out of date with {solutions}/: run `specdec labs`")
-            return 1
-        print(f"{labs}/ agrees with {solutions}/ ({_count(expected)})")
-        return 0
-    labs.mkdir(parents=True, exist_ok=True)
-    for path, text in expected.items():
-        if not path.exists() or path.read_bytes() != text.encode("utf-8"):
-            write(path, text)
-            print(f"wrote {path}")
-    for p in drift(expected, labs):
-        print(f"note: {p} (left as it is)")
-    print(f"{labs}/ is up to date ({_count(expected)})")
-    return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 from typing import Any
 
+from specdec.grading.registry import exercises_for_lab
 from specdec.grading.results import ExerciseResult, Limits, NotebookResult, WorkerRun
 from specdec.grading.submission import Submission
 
@@ -75,7 +76,6 @@ class Outcome:
 def plan_in_parent(labs: list[int], errors: list[str]) -> list[dict[str, Any]]:
     """The exercises to zero when the worker died before listing them (imports the checks here)."""
     try:
-        from specdec.grading.registry import exercises_for_lab
 
         return [{"id": e.id, "points": e.points, "title": e.title} for lab in labs for e in exercises_for_lab(lab)]
     except Exception as exc:

@@ -16,7 +16,7 @@ from typing import Any
 
 from specdec.grading import limits
 from specdec.grading.limits import ProcessExitBlocked, TimeLimitExceeded, time_limit
-from specdec.grading.registry import CheckResult, Exercise
+from specdec.grading.registry import CheckResult, Exercise, exercises_for_lab, run_check, set_autograding
 
 MESSAGE_CHARS = 1000  # a student's exception message can be megabytes
 CELL_FILE_PREFIX = "<ipython-input-"  # how IPython names the code of a cell in tracebacks
@@ -164,7 +164,6 @@ def run_cell(shell: Any, number: int, source: str, seconds: float) -> dict[str, 
 
 def grade_one(ex: Exercise, ns: dict[str, Any], seconds: float) -> CheckResult:
     """Run one check under a time limit; whatever the student's code does becomes a reason."""
-    from specdec.grading.registry import run_check
 
     restore_stdio()
     limits.guard_exits()
@@ -186,7 +185,6 @@ def grade_one(ex: Exercise, ns: dict[str, Any], seconds: float) -> CheckResult:
 
 def load_plan(labs: list[int], progress: Progress) -> list[Exercise]:
     """Every registered exercise of the labs (imported before any student code runs)."""
-    from specdec.grading.registry import exercises_for_lab
 
     plan: list[Exercise] = []
     for lab in labs:
@@ -204,7 +202,6 @@ def load_plan(labs: list[int], progress: Progress) -> list[Exercise]:
 
 def grade(job: Job, progress: Progress) -> None:
     """Run the cells, then the checks, recording each step."""
-    from specdec.grading.registry import set_autograding
 
     set_autograding(True)
     plan = load_plan(job.labs, progress)

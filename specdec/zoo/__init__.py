@@ -1,6 +1,45 @@
 """The embedded model zoo: a tiny MiMo-layout target with its MTP layer, a draft, parallel MTP heads
-and an EAGLE head, trained by the project and stored in Hugging Face format."""
+and an EAGLE head, trained by the project and stored in Hugging Face format.
 
-from specdec.zoo.registry import ZooError, find_zoo, zoo_parts
+`load_bundle("tiny")` resolves a zoo name to its directories; a directory or hub id passes through
+to specdec.decoder.bundle, which never knows about zoo names.
+"""
 
-__all__ = ["ZooError", "find_zoo", "zoo_parts"]
+from __future__ import annotations
+
+import torch
+
+from specdec.decoder import bundle as core
+from specdec.decoder.bundle import ModelBundle, ModelNotFound
+from specdec.zoo.registry import ZooError, find_zoo, known_zoos, rebuild_hint, zoo_parts
+
+__all__ = ["ModelNotFound", "ZooError", "find_zoo", "load_bundle", "resolve", "zoo_parts"]
+
+
+def resolve(spec: str) -> dict | str:
+    """A zoo name -> {part: directory}; anything else is returned as it is (a directory, a hub id)."""
+    if find_zoo(spec) is None:
+        return spec
+    try:
+        return dict(zoo_parts(spec))
+    except ZooError as exc:
+        raise ModelNotFound(str(exc)) from None
+
+
+def load_bundle(spec: str, parts: tuple[str, ...] = core.PARTS, device="cpu", dtype=torch.float32,
+                draft: str | None = None) -> ModelBundle:
+    """`--model tiny|DIR|HF_ID` (and `--draft` likewise) loaded onto a device."""
+    draft_dir = None
+    if draft:
+        d = resolve(draft)
+        draft_dir = d["target"] if isinstance(d, dict) else d
+    try:
+        return core.load_bundle(resolve(spec), parts, device, dtype, draft=draft_dir, name=spec)
+    except ModelNotFound as exc:
+        if find_zoo(spec) is not None and "rebuild" not in str(exc):
+            raise ModelNotFound(f"{exc}; {rebuild_hint(spec)}") from None
+        if find_zoo(spec) is None and "unknown model" in str(exc):
+            known = ", ".join(known_zoos()) or "none"
+            raise ModelNotFound(f"unknown model {spec!r}: not a zoo name (known: {known}), a directory, "
+                                "or a Hugging Face id") from None
+        raise

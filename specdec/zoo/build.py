@@ -11,9 +11,9 @@ from pathlib import Path
 
 import torch
 
-from specdec.checkpoint import eagle_config, save_eagle, save_heads, save_transformer
-from specdec.heads import EagleHead, MTPHeads, MTPLayer
-from specdec.model import Transformer
+from specdec.decoder.checkpoint import eagle_config, save_eagle, save_heads, save_transformer
+from specdec.decoder.draft_modules import EagleHead, MTPHeads, MTPLayer
+from specdec.decoder.model import Transformer
 from specdec.zoo.corpus import build_corpus
 from specdec.zoo.recipes import Recipe
 from specdec.zoo.tokenizer import BOS, EOS, PAD, save_tokenizer, train_tokenizer

@@ -24,7 +24,12 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from specdec.decoder.bundle import ModelNotFound, load_bundle
+from specdec.decoder.engine import Decoder
+from specdec.zoo import report
 from specdec.zoo.corpus import CATEGORIES, build_corpus
+from specdec.zoo.recipes import RECIPES
+from specdec.zoo.registry import PACKAGE_DIR, REQUIRED_FILES, ZooError, read_meta, rebuild_hint
 
 METHODS = ("mtp", "heads", "draft", "eagle", "ngram")
 KS = (1, 2, 3, 4)
@@ -205,8 +210,6 @@ def fingerprint(root: Path) -> dict[str, tuple[int, int]]:
 
 def load_zoo_bundle(root: Path):
     """Every part of the zoo at `root`, fp32 on the CPU; a missing or damaged file is a ZooError."""
-    from specdec.bundle import ModelNotFound, load_bundle
-    from specdec.zoo.registry import REQUIRED_FILES, ZooError, read_meta, rebuild_hint
 
     meta = read_meta(root)
     parts = {p: root / meta.get("parts", {}).get(p, p) for p in REQUIRED_FILES}
@@ -227,9 +230,6 @@ def load_zoo_bundle(root: Path):
 def evaluate_zoo(root: Path, prompts: int = 8, new_tokens: int = 48, write: bool = False) -> dict:
     """Measure the figures, print them, and with `write` store them in zoo.json (and docs/zoo.md
     for the shipped zoo). Returns the figures."""
-    from specdec.decode import Decoder
-    from specdec.zoo import report
-    from specdec.zoo.recipes import RECIPES
 
     if prompts < 1 or new_tokens < 1:
         raise ValueError("prompts and new_tokens must be >= 1")
@@ -237,7 +237,7 @@ def evaluate_zoo(root: Path, prompts: int = 8, new_tokens: int = 48, write: bool
     t0 = time.time()
     before = fingerprint(root)
     bundle, meta = load_zoo_bundle(root)
-    tok, eos = trained_tokenizer(bundle.paths["target"]), bundle.eos_token_id
+    tok, eos = trained_tokenizer(bundle.paths["target"]), bundle.eos_token_ids[0]
     recipe = RECIPES.get(meta.get("recipe", ""))
     corpus = build_corpus(seed=recipe.seed if recipe else 0)
     docs = tokenized_heldout(tok, corpus)
@@ -300,7 +300,6 @@ def evaluate_zoo(root: Path, prompts: int = 8, new_tokens: int = 48, write: bool
     print(report.format_figures(fig))
     if write:
         if fingerprint(root) != before:
-            from specdec.zoo.registry import ZooError
             raise ZooError(f"the zoo at {root} changed while it was being measured; nothing written: run again")
         _write(root, fig)
     return fig
@@ -308,8 +307,6 @@ def evaluate_zoo(root: Path, prompts: int = 8, new_tokens: int = 48, write: bool
 
 def _write(root: Path, fig: dict) -> None:
     """Figures into zoo.json (its other keys, read afresh, kept); docs/zoo.md when this is the shipped zoo."""
-    from specdec.zoo import report
-    from specdec.zoo.registry import PACKAGE_DIR, read_meta
 
     meta = {**read_meta(root), "figures": fig}
     (root / "zoo.json").write_text(json.dumps(meta, indent=2) + "\n")

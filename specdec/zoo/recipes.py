@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from specdec.model import ModelConfig
+from specdec.decoder.model import ModelConfig
 
 
 @dataclass

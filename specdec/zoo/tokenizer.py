@@ -38,9 +38,3 @@ def save_tokenizer(tok, path: Path, model_max_length: int = 2048) -> None:
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=BOS, eos_token=EOS, pad_token=PAD,
                                    model_max_length=model_max_length, clean_up_tokenization_spaces=False)
     fast.save_pretrained(str(path))
-
-
-def load_tokenizer(path: Path):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(path), local_files_only=True)

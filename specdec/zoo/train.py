@@ -15,8 +15,10 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from specdec.heads import EagleHead, MTPHeads, MTPLayer
-from specdec.model import Transformer
+from specdec.decoder.bundle import ModelBundle
+from specdec.decoder.draft_modules import EagleHead, MTPHeads, MTPLayer
+from specdec.decoder.engine import Decoder
+from specdec.decoder.model import Transformer
 
 
 def token_stream(tok, docs: list[str], seed: int = 0) -> torch.Tensor:
@@ -217,8 +219,6 @@ def generate_self_data(target: Transformer, stream: torch.Tensor, n_seqs: int, p
 
     Drafts are judged by agreement with the target's greedy output, so they learn most from text
     the target itself writes (self-distillation in the Medusa-2 sense)."""
-    from specdec.bundle import ModelBundle
-    from specdec.decode import Decoder
 
     target.to(device).eval()
     bundle = ModelBundle(name="self-distillation", target=target, tokenizer=None)

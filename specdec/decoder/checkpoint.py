@@ -16,8 +16,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from specdec.heads import EagleHead, MTPHeads, MTPLayer
-from specdec.model import ModelConfig, Transformer
+from specdec.decoder.draft_modules import EagleHead, MTPHeads, MTPLayer
+from specdec.decoder.model import ModelConfig, Transformer
 
 MTP_PREFIX = "model.mtp_layers.0."
 

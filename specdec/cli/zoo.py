@@ -6,6 +6,15 @@ import argparse
 import json
 from pathlib import Path
 
+import torch
+
+from specdec.cli.common import UsageError
+from specdec.zoo.build import build_zoo
+from specdec.zoo.evaluate import evaluate_zoo
+from specdec.zoo.recipes import get_recipe
+from specdec.zoo.registry import ZooError, default_out, find_zoo, read_meta, zoo_parts
+from specdec.zoo.report import format_info
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="zoo_command", metavar="ACTION", required=True)
@@ -33,8 +42,6 @@ def _size(d: Path) -> int:
 
 
 def main(args) -> int:
-    from specdec.cli import UsageError
-    from specdec.zoo.registry import ZooError, default_out, find_zoo, read_meta, zoo_parts
 
     try:
         if args.zoo_command == "path":
@@ -51,29 +58,23 @@ def main(args) -> int:
             if args.json:
                 print(json.dumps(info, indent=2))
             else:
-                from specdec.zoo.report import format_info
                 print(format_info(info))
             return 0
         if args.zoo_command == "build":
-            from specdec.zoo.build import build_zoo
-            from specdec.zoo.recipes import get_recipe
 
             try:
                 recipe = get_recipe(args.recipe)
             except KeyError as exc:
                 raise UsageError(str(exc.args[0])) from None
             if args.device.startswith("cuda"):
-                import torch
                 if not torch.cuda.is_available():
                     raise UsageError("--device cuda but no CUDA device is visible; use --device cpu")
             out = args.out or default_out(recipe.name)
             build_zoo(recipe, out, args.device, progress=True, steps_scale=args.steps_scale)
             if args.eval:
-                from specdec.zoo.evaluate import evaluate_zoo
                 evaluate_zoo(out, write=True)
             return 0
         if args.zoo_command == "eval":
-            from specdec.zoo.evaluate import evaluate_zoo
 
             root = find_zoo(args.name) if not Path(args.name).is_dir() else Path(args.name)
             if root is None:

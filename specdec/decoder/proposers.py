@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from specdec.kv_cache import KVCache
+from specdec.decoder.kv_cache import KVCache
 
 
 @dataclass

@@ -6,9 +6,16 @@ Every number is computed when the tour runs (seeded, so a rerun prints the same)
 from __future__ import annotations
 
 import argparse
-import importlib
 import time
 from pathlib import Path
+
+import numpy as np
+
+from specdec.cli.common import one_line_errors
+from specdec.cli.tour_lab2 import tour_lab2
+from specdec.sim import formulas, montecarlo, verify
+from specdec.sim.formulas import expected_tokens_per_step, optimal_k, walltime_improvement
+from specdec.sim.stats import chi_square_test
 
 ALPHAS = (0.6, 0.8, 0.9)
 KS = (1, 2, 4, 8)
@@ -17,8 +24,6 @@ STICKINESS = (0.0, 0.3, 0.5, 0.7, 0.9, 0.97)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from specdec.sim_cli import one_line_errors
-
     one_line_errors(parser)
     parser.add_argument("--out", default="tour-output", help="folder for the plots (default tour-output/)")
 
@@ -41,10 +46,7 @@ def _save(fig, outdir: Path, name: str) -> Path:
 
 def tour_lab1(outdir: str | Path = "tour-output") -> str:
     """Lab 1 in brief: the speedup formula, Monte Carlo against it, a chi-square check; saves 4 plots."""
-    import numpy as np
 
-    from specdec import formulas, montecarlo, verify
-    from specdec.stats import chi_square_test
 
     t0 = time.perf_counter()
     outdir = Path(outdir)
@@ -109,9 +111,7 @@ def tour_lab1(outdir: str | Path = "tour-output") -> str:
 
 
 def _plot_tokens_per_step(outdir: Path) -> Path:
-    import numpy as np
 
-    from specdec.formulas import expected_tokens_per_step
 
     ks = np.arange(1, 17)
     fig, ax = _figure("Tokens per verify step (i.i.d. model)", "k (drafts per step)", "tau")
@@ -122,9 +122,7 @@ def _plot_tokens_per_step(outdir: Path) -> Path:
 
 
 def _plot_speedup(outdir: Path) -> Path:
-    import numpy as np
 
-    from specdec.formulas import optimal_k, walltime_improvement
 
     ks = np.arange(1, 17)
     fig, ax = _figure("Walltime improvement, alpha = 0.8", "k (drafts per step)", "speedup over plain decoding")
@@ -137,7 +135,6 @@ def _plot_speedup(outdir: Path) -> Path:
 
 
 def _plot_histogram(outdir: Path, iid, markov) -> Path:
-    import numpy as np
 
     fig, ax = _figure("Accepted drafts per step (k = 4)", "accepted drafts", "fraction of steps")
     x = np.arange(iid.k + 1)
@@ -159,11 +156,5 @@ def _plot_montecarlo(outdir: Path, sweep) -> Path:
 
 def main(args: argparse.Namespace) -> int:
     tour_lab1(args.out)
-    try:
-        lab2 = importlib.import_module("specdec.tour_lab2")
-    except ModuleNotFoundError as exc:
-        if exc.name != "specdec.tour_lab2":
-            raise
-        return 0  # Lab 2's tour is not written yet
-    lab2.tour_lab2(args.out)
+    tour_lab2(args.out)
     return 0

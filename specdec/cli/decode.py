@@ -5,6 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 
+import torch
+
+from specdec.cli.common import UsageError
+from specdec.decoder.engine import Decoder
+from specdec.zoo import ModelNotFound, load_bundle
+
 DEFAULT_PROMPT = "import os\nimport sys\n\n\ndef main(argv):\n"
 METHODS = ("ar", "mtp", "heads", "draft", "eagle", "ngram")
 
@@ -36,7 +42,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args) -> int:
-    from specdec.cli import UsageError
 
     if args.k < 1:
         raise UsageError(f"--k must be >= 1, got {args.k}")
@@ -47,10 +52,7 @@ def main(args) -> int:
     if args.temperature < 0:
         raise UsageError(f"--temperature must be >= 0, got {args.temperature}")
 
-    import torch
 
-    from specdec.bundle import ModelNotFound, load_bundle
-    from specdec.decode import Decoder
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = getattr(torch, args.dtype or ("bfloat16" if device.startswith("cuda") else "float32"))

@@ -12,10 +12,9 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from specdec.cli import UsageError
+from specdec.cli.common import UsageError
 from specdec.grading import report, runner
 from specdec.grading.results import Limits, NotebookResult
-
 
 EPILOG = """Each notebook runs in a worker process of its own (IPython, MPLBACKEND=Agg) in the
 notebook's folder. The checks of every lab whose labN.qM ids the notebook names are run, all of

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from specdec.cuda_graphs import EmulatedGraph, GraphedStep, graph_mode, say_eager_once
-from specdec.kv_cache import KVCache
-from specdec.proposers import Proposer, StepContext, make_proposer
-from specdec.stats import AcceptanceStats
-from specdec.verify_batch import greedy_accept, sample_accept, sample_tokens
+from specdec.decoder.cuda_graphs import EmulatedGraph, GraphedStep, graph_mode, say_eager_once
+from specdec.decoder.kv_cache import KVCache
+from specdec.decoder.proposers import Proposer, StepContext, make_proposer
+from specdec.decoder.verify import greedy_accept, sample_accept, sample_tokens
+from specdec.sim.stats import AcceptanceStats
 
 
 @dataclass
@@ -169,7 +169,7 @@ class Decoder:
                              f"cache slots; this decoder has {self.max_len} (raise max_len)")
         self._batch = B
         gen = torch.Generator(device=dev).manual_seed(seed)
-        eos = self.bundle.eos_token_id if stop_at_eos else None
+        eos = (self.bundle.eos_token_ids or [None])[0] if stop_at_eos else None
         if method != "ar":
             proposer = proposer or self.proposer(method)
             proposer.setup(self, B, k)

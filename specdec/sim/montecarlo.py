@@ -12,9 +12,10 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
+from tqdm import tqdm
 
-from specdec import formulas, verify
-from specdec.stats import AcceptanceStats
+from specdec.sim import formulas, verify
+from specdec.sim.stats import AcceptanceStats
 
 
 @dataclass(frozen=True)
@@ -223,7 +224,6 @@ def run_markov(
     all_lengths, step_context, emitted_log, alpha_sum, n_tokens = [], [], [], 0.0, 0
     loop = range(steps)
     if progress:
-        from tqdm import tqdm  # not tqdm.auto: no widget warning in notebooks
 
         loop = tqdm(loop, disable=None, desc=f"Monte Carlo k={k}", leave=False)  # None: terminals only
     for _ in loop:

@@ -9,16 +9,8 @@ import argparse
 import json
 import math
 
-from specdec.cli import UsageError
-
-
-def one_line_errors(parser: argparse.ArgumentParser) -> None:
-    """Make argparse's own errors (e.g. --k abc) one line too, without the usage block."""
-
-    def error(message: str):
-        parser.exit(2, f"{parser.prog}: error: {message}\n")
-
-    parser.error = error
+from specdec.cli.common import UsageError, one_line_errors
+from specdec.sim import formulas, montecarlo
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -70,8 +62,6 @@ def _validate(args: argparse.Namespace) -> None:
 
 
 def formula_report(alpha: float, k: int, c: float, k_max: int) -> dict:
-    from specdec import formulas
-
     best_k, best = formulas.optimal_k(alpha, c, k_max)
     return {
         "alpha": alpha,
@@ -87,8 +77,6 @@ def formula_report(alpha: float, k: int, c: float, k_max: int) -> dict:
 
 
 def montecarlo_report(args: argparse.Namespace) -> dict:
-    from specdec import formulas, montecarlo
-
     if args.iid:
         res = montecarlo.run_iid(args.alpha, args.k, args.steps * args.sequences, seed=args.seed)
         setup = {"engine": "iid", "alpha": args.alpha}

@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from specdec.model import Block, ModelConfig, RMSNorm, Rotary, attention_mask, init_weights
+from specdec.decoder.model import Block, ModelConfig, RMSNorm, Rotary, attention_mask, init_weights
 
 
 class FeatureDraft(nn.Module):

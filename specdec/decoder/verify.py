@@ -1,6 +1,6 @@
 """Verification of a block of k drafts for a batch of rows, in torch (Lab 2).
 
-The Lab 1 rules (specdec.verify), batched: row b proposed draft [b, :k]; the target scored the
+The Lab 1 rules (specdec.sim.verify), batched: row b proposed draft [b, :k]; the target scored the
 k+1 positions (pending token, d_1..d_k) and its logits [b, j] predict the token after position j.
 Each row accepts a prefix of its drafts (ragged across rows) and gets one more token from the
 target: a correction after a rejection, or the bonus token when all k were accepted.

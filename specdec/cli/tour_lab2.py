@@ -12,6 +12,11 @@ from pathlib import Path
 
 import torch
 
+from specdec.decoder.engine import Decoder
+from specdec.zoo import load_bundle
+from specdec.zoo.evaluate import line_prompt, trained_tokenizer
+from specdec.zoo.report import table
+
 # The prompt is the first 3 lines; the 4th only fixes where the tokens split (see line_prompt).
 PROMPT_TEXT = ("def parse_args(argv=None):\n    import argparse\n    parser = argparse.ArgumentParser(description=__doc__)\n"
                "    return parser.parse_args(argv)\n")
@@ -43,10 +48,6 @@ def _plot(outdir: Path, rows: list[dict]) -> Path:
 
 def tour_lab2(outdir: str | Path = "tour-output") -> str:
     """Decode PROMPT with plain decoding and each proposer (k = 4, batch 1); print and return the table."""
-    from specdec.bundle import load_bundle
-    from specdec.decode import Decoder
-    from specdec.zoo.evaluate import line_prompt, trained_tokenizer
-    from specdec.zoo.report import table
 
     t0 = time.perf_counter()
     outdir = Path(outdir)

@@ -1,0 +1,104 @@
+"""A target with its helpers (MTP layer, heads, EAGLE head, draft), loaded onto a device.
+
+The core loads local Hugging Face directories and hub ids; zoo names (`tiny`) are resolved to
+directories by specdec.zoo, above this layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from specdec.decoder.checkpoint import CheckpointError, load_eagle, load_heads, load_transformer
+from specdec.decoder.draft_modules import EagleHead, MTPHeads, MTPLayer
+from specdec.decoder.model import Transformer
+
+PARTS = ("mtp", "heads", "eagle", "draft")
+
+
+class ModelNotFound(Exception):
+    """The model argument names nothing loadable; the message says what was tried."""
+
+
+@dataclass
+class ModelBundle:
+    name: str
+    target: Transformer
+    tokenizer: object
+    mtp: MTPLayer | None = None
+    heads: MTPHeads | None = None
+    eagle: EagleHead | None = None
+    draft: Transformer | None = None
+    paths: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.target.parameters()).device
+
+    @property
+    def eos_token_ids(self) -> list[int]:
+        """Every id that ends a sequence (config.json may give one id or a list)."""
+        eos = self.target.config.eos_token_id
+        return [] if eos is None else [int(e) for e in (eos if isinstance(eos, list) else [eos])]
+
+
+def load_tokenizer(path: Path):
+    from transformers import AutoTokenizer  # heavy: imported when a model is loaded
+
+    return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+
+
+def model_paths(spec: str | Path, draft: str | Path | None = None) -> dict[str, Path]:
+    """A local directory -> its target (plus siblings named draft/heads/eagle when it is itself
+    named `target`); otherwise a Hugging Face id, downloaded only when online."""
+    p = Path(spec).expanduser()
+    if p.is_dir():
+        if not (p / "config.json").is_file():
+            raise ModelNotFound(f"{p} has no config.json: not a Hugging Face model directory")
+        paths = {"target": p}
+        if p.name == "target":
+            paths.update({part: p.parent / part for part in ("draft", "heads", "eagle")
+                          if (p.parent / part / "config.json").is_file()})
+    elif isinstance(spec, str) and spec.count("/") == 1 and not spec.startswith((".", "/", "~")):
+        paths = {"target": _download(spec)}
+    else:
+        raise ModelNotFound(f"unknown model {str(spec)!r}: not a directory or a Hugging Face id")
+    if draft:  # an explicit draft replaces the one found beside the target
+        paths["draft"] = model_paths(draft)["target"]
+    return paths
+
+
+def _download(repo_id: str) -> Path:
+    try:
+        from huggingface_hub import snapshot_download  # optional: only for hub ids
+        return Path(snapshot_download(repo_id, allow_patterns=["*.json", "*.safetensors", "tokenizer*"]))
+    except Exception as exc:  # offline, missing repo, gated model: one clear line
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        raise ModelNotFound(f"could not fetch Hugging Face model {repo_id!r}: {type(exc).__name__}: {first}") from None
+
+
+def load_bundle(spec: str | Path | dict[str, Path], parts: tuple[str, ...] = PARTS, device="cpu",
+                dtype=torch.float32, draft: str | Path | None = None, name: str | None = None) -> ModelBundle:
+    """Load the target and the requested helper parts; a part that is absent stays None.
+    `spec`: a directory, a hub id, or {part: directory} (what specdec.zoo resolves a name to)."""
+    paths = dict(spec) if isinstance(spec, dict) else model_paths(spec, draft)
+    if isinstance(spec, dict) and draft:
+        paths["draft"] = model_paths(draft)["target"]
+    try:
+        target, mtp = load_transformer(paths["target"], dtype, device, with_mtp="mtp" in parts)
+        b = ModelBundle(name=name or str(spec if not isinstance(spec, dict) else paths["target"]), target=target,
+                        tokenizer=load_tokenizer(paths["target"]), mtp=mtp, paths=paths)
+        if "heads" in parts and "heads" in paths:
+            b.heads = load_heads(paths["heads"], dtype, device)
+        if "eagle" in parts and "eagle" in paths:
+            b.eagle = load_eagle(paths["eagle"], dtype, device)
+        if "draft" in parts and "draft" in paths:
+            b.draft, _ = load_transformer(paths["draft"], dtype, device, with_mtp=False)
+    except CheckpointError as exc:
+        raise ModelNotFound(str(exc)) from None
+    if b.draft is not None and b.draft.config.vocab_size != b.target.config.vocab_size:
+        raise ModelNotFound(f"the draft's vocabulary ({b.draft.config.vocab_size}) differs from the target's "
+                            f"({b.target.config.vocab_size}): speculative decoding needs one tokenizer")
+    return b
