@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from specdec.decoder.engine import Decoder
+from specdec.decoder.engine import Engine
 from specdec.zoo import load_bundle
 from specdec.zoo.corpus import build_corpus
 from specdec.zoo.evaluate import PROMPT_TOKENS, _machine, spread_windows, trained_tokenizer
@@ -39,10 +39,11 @@ def run(args) -> dict:
     tok = trained_tokenizer(bundle.paths["target"])
     code = [tok.encode(d).ids for d in build_corpus().heldout["code"]]
     prompts = spread_windows(code, args.prompts, PROMPT_TOKENS, args.new_tokens)
-    dec = Decoder(bundle, cuda_graphs="off")
     configs = [("ar", 1)] + [(m, k) for m in METHODS for k in KS]
-    for m, k in configs:  # warm-up: caches, first-call allocations
-        dec.generate([prompts[0]], m, k=k, max_new_tokens=8)
+    max_len = max(map(len, prompts)) + args.new_tokens + max(KS) + 2
+    engines = {(m, k): Engine(bundle, m, k=k, max_batch=1, max_len=max_len, cuda_graphs="off") for m, k in configs}
+    for e in engines.values():  # warm-up: first-call allocations
+        e.generate([prompts[0]], max_new_tokens=8)
     load_before = os.getloadavg()
     # rounds[cfg] = list over repeats of (tokens, seconds, per-prompt results)
     rounds: dict[tuple, list] = {c: [] for c in configs}
@@ -52,7 +53,7 @@ def run(args) -> dict:
         per = {c: [] for c in configs}
         for p in prompts:
             for m, k in configs:
-                per[(m, k)].append(dec.generate([p], m, k=k, max_new_tokens=args.new_tokens))
+                per[(m, k)].append(engines[(m, k)].generate([p], max_new_tokens=args.new_tokens, profile=True))
                 bar.update()
         for c in configs:
             rounds[c].append(per[c])
@@ -66,7 +67,7 @@ def run(args) -> dict:
         last = rounds[(m, k)][-1]
         steps = sum(r.steps for r in last)
         acc = [a for r in last for a in r.accept_lengths.ravel().tolist() if a >= 0]
-        times = {key: sum(r.times.get(key, 0.0) for r in last) for key in ("prefill", "draft", "verify", "bookkeeping")}
+        times = {key: sum(r.times.get(key, 0.0) for r in last) for key in ("prefill", "draft", "verify", "host")}
         results.append({
             "method": m, "k": k if m != "ar" else 0,
             "tokens_per_s": round(statistics.median(tps), 1), "tokens_per_s_runs": [round(x, 1) for x in tps],

@@ -21,10 +21,11 @@ import torch
 
 from specdec.decoder.bundle import ModelBundle
 from specdec.decoder.cuda_graphs import GraphedStep
-from specdec.decoder.engine import Decoder
+from specdec.decoder.engine import Engine
 from specdec.decoder.kv_cache import KVCache
 from specdec.decoder.model import ModelConfig, Transformer, fuse_projections
 from specdec.decoder.proposers import OracleProposer
+from specdec.decoder.verify import greedy_accept
 from specdec.sim.formulas import expected_tokens_per_step, speedup_from_costs
 from specdec.zoo import load_bundle
 
@@ -87,16 +88,17 @@ def bench_latency(args) -> dict:
            "context": ctx, "max_len": max_len, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": []}
     for B in (1, 4, 16):
         cache = KVCache.for_model(model, B, max_len)
+        cache.fixed_span = True  # attention over every slot, as under a graph
         cache.commit(ctx)
         ids = torch.randint(0, 1000, (B, 1), device="cuda")
         pos = cache.positions(1)
 
         def step():
-            return model(ids, pos, cache, max_len)
+            return model(ids, pos, cache)
 
         with torch.no_grad():
             t_eager = cuda_time(step, iters=20)
-            g = GraphedStep(lambda i, p: model(i, p, cache, max_len), (ids, pos))
+            g = GraphedStep(lambda i, p: model(i, p, cache), (ids, pos))
             t_graph = cuda_time(lambda: g(ids, pos), iters=100)
             t_compile = t_compiled_graph = None
             note = ""
@@ -105,7 +107,7 @@ def bench_latency(args) -> dict:
                     for t in cache.k + cache.v:
                         torch._dynamo.mark_static_address(t)
                     t0 = time.time()
-                    cstep = torch.compile(lambda i, p: model(i, p, cache, max_len), mode="reduce-overhead")
+                    cstep = torch.compile(lambda i, p: model(i, p, cache), mode="reduce-overhead")
                     for _ in range(3):
                         cstep(ids, pos)
                     note = f"reduce-overhead compiled in {time.time() - t0:.0f} s"
@@ -114,7 +116,7 @@ def bench_latency(args) -> dict:
                     note = f"reduce-overhead failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
                 try:  # fused kernels (default mode, no graphs of its own) inside our CUDA graph
                     t0 = time.time()
-                    fused = torch.compile(lambda i, p: model(i, p, cache, max_len), dynamic=False)
+                    fused = torch.compile(lambda i, p: model(i, p, cache), dynamic=False)
                     gc = GraphedStep(fused, (ids, pos), warmup=3)
                     note += f"; default-mode compile + our graph in {time.time() - t0:.0f} s"
                     t_compiled_graph = cuda_time(lambda: gc(ids, pos), iters=100)
@@ -142,23 +144,24 @@ def bench_oracle(args) -> dict:
     max_len, prompt_len, new = 1024, 128, 512
     model = model_1b()
     bundle = ModelBundle(name="llama-1b-random", target=model, tokenizer=None)
-    dec = Decoder(bundle, cuda_graphs="on", max_len=max_len)
+    plain_engine = Engine(bundle, "ar", max_batch=1, max_len=max_len, cuda_graphs="on")
     torch.manual_seed(1)
     prompt = torch.randint(0, 32000, (1, prompt_len)).tolist()
-    dec.generate(prompt, "ar", max_new_tokens=16, stop_at_eos=False)  # capture
-    plain = dec.generate(prompt, "ar", max_new_tokens=new, stop_at_eos=False, profile=False)
-    plain_prof = dec.generate(prompt, "ar", max_new_tokens=new, stop_at_eos=False, profile=True)
+    plain_engine.generate(prompt, max_new_tokens=16, stop_at_eos=False)  # capture
+    plain = plain_engine.generate(prompt, max_new_tokens=new, stop_at_eos=False, profile=False)
+    plain_prof = plain_engine.generate(prompt, max_new_tokens=new, stop_at_eos=False, profile=True)
     ref = torch.tensor([prompt[0] + plain.tokens[0]])
     ref = torch.nn.functional.pad(ref, (0, max_len + 16 - ref.shape[1]))
-    # step costs measured on their own: the graphed target forward (+ greedy acceptance) at width w
-    cache = dec.cache(1)
-    cache.reset()
+    # step costs measured on their own: the graphed target forward + greedy acceptance at width w
+    cache = KVCache.for_model(model, 1, max_len)
+    cache.fixed_span = True
     cache.commit(prompt_len + new // 2)
 
     def width_cost(w):
         ids = torch.zeros(1, w, dtype=torch.long, device="cuda")
         pos = cache.positions(w)
-        g = dec.graphed(f"verify-{w}-True", dec._verify_greedy, (ids, pos))
+        g = GraphedStep(lambda i, p: greedy_accept(i[:, 1:], model(i, p, cache)[0]) if w > 1 else model(i, p, cache)[0],
+                        (ids, pos))
         return cuda_time(lambda: g(ids, pos), iters=100)
 
     t_plain = width_cost(1)
@@ -174,8 +177,8 @@ def bench_oracle(args) -> dict:
             runs = {}
             for prof in (True, False):
                 oracle = OracleProposer(ref.clone(), alpha, model.config.vocab_size, seed=seed)
-                runs[prof] = dec.generate(prompt, "oracle", k=k, max_new_tokens=new, proposer=oracle,
-                                          stop_at_eos=False, profile=prof)
+                dec = Engine(bundle, k=k, max_batch=1, max_len=max_len, cuda_graphs="on", proposer=oracle)
+                runs[prof] = dec.generate(prompt, max_new_tokens=new, stop_at_eos=False, profile=prof)
                 assert runs[prof].tokens == plain.tokens, "oracle run diverged from plain decoding"
             r, rp = runs[False], runs[True]
             t_draft = rp.times["draft"] / rp.steps / k
@@ -187,7 +190,7 @@ def bench_oracle(args) -> dict:
                    "t_verify_s": t_verify, "t_draft_s": t_draft, "predicted_speedup": pred,
                    "predicted_speedup_measured_tau": pred_tau, "measured_speedup": meas,
                    "measured_over_predicted": meas / pred, "measured_over_predicted_measured_tau": meas / pred_tau,
-                   "bookkeeping_ms_per_step": rp.times["bookkeeping"] / rp.steps * 1e3,
+                   "host_ms_per_step": rp.times["host"] / rp.steps * 1e3,
                    "tokens_per_s": r.tokens_per_s}
             log(json.dumps({k_: (round(v, 4) if isinstance(v, float) else v) for k_, v in row.items()}))
             out["rows"].append(row)
@@ -208,14 +211,14 @@ def bench_e2e(args) -> dict:
     out = {"zoo": args.zoo, "params": sum(p.numel() for p in bundle.target.parameters()), "new_tokens": new,
            "prompts": len(prompts), "batch": 1, "rows": []}
     for graphs in ("on", "off"):
-        dec = Decoder(bundle, cuda_graphs=graphs, max_len=512)
         for method in ("ar", "mtp", "heads", "draft", "eagle", "ngram"):
             ks = [1] if method == "ar" else [2, 4]
             for k in ks:
-                dec.generate(prompts[:1], method, k=k, max_new_tokens=16, stop_at_eos=False)  # warm + capture
+                dec = Engine(bundle, method, k=k, max_batch=1, max_len=512, cuda_graphs=graphs)
+                dec.generate(prompts[:1], max_new_tokens=16, stop_at_eos=False)  # warm + capture
                 toks, wall, taus = 0, 0.0, []
                 for p in prompts:
-                    r = dec.generate([p], method, k=k, max_new_tokens=new, stop_at_eos=False, profile=False)
+                    r = dec.generate([p], max_new_tokens=new, stop_at_eos=False, profile=False)
                     toks += r.new_tokens
                     wall += r.wall_s
                     taus.append(r.stats.tau if r.stats else 1.0)
@@ -224,12 +227,12 @@ def bench_e2e(args) -> dict:
                 log(json.dumps(row))
                 out["rows"].append(row)
     if not args.no_compile:  # the target's step fused by torch.compile, inside our graphs
-        dec = Decoder(bundle, cuda_graphs="on", max_len=512, compile=True)
         for method, k in (("ar", 1), ("eagle", 4), ("draft", 4)):
-            dec.generate(prompts[:1], method, k=k, max_new_tokens=16, stop_at_eos=False)
+            dec = Engine(bundle, method, k=k, max_batch=1, max_len=512, cuda_graphs="on", compile=True)
+            dec.generate(prompts[:1], max_new_tokens=16, stop_at_eos=False)
             toks, wall, taus = 0, 0.0, []
             for p in prompts:
-                r = dec.generate([p], method, k=k, max_new_tokens=new, stop_at_eos=False, profile=False)
+                r = dec.generate([p], max_new_tokens=new, stop_at_eos=False, profile=False)
                 toks, wall = toks + r.new_tokens, wall + r.wall_s
                 taus.append(r.stats.tau if r.stats else 1.0)
             row = {"engine": "specdec", "cuda_graphs": "on+compile", "method": method, "k": k if method != "ar" else 0,

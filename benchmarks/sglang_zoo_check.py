@@ -125,16 +125,16 @@ def compare_with_specdec(results: list[dict], out: str) -> None:
     import torch
 
     sys.path.insert(0, str(ZOO.parents[2]))
-    from specdec.decoder.engine import Decoder
+    from specdec.decoder.engine import Engine
     from specdec.zoo import load_bundle
 
     rows = []
     for dtype in (torch.bfloat16, torch.float32):
         b = load_bundle("tiny", parts=(), device="cuda", dtype=dtype)
-        dec = Decoder(b, cuda_graphs="off")
+        dec = Engine(b, "ar", max_batch=1, cuda_graphs="off")
         for req in plain["requests"]:
             ids = b.tokenizer(req["prompt"])["input_ids"]
-            ours = dec.generate([ids], "ar", max_new_tokens=128, stop_at_eos=False).tokens[0]
+            ours = dec.generate([ids], max_new_tokens=128, stop_at_eos=False).tokens[0]
             theirs = req.get("output_ids") or b.tokenizer(req["text"])["input_ids"]
             same = next((i for i, (a, c) in enumerate(zip(ours, theirs)) if a != c), min(len(ours), len(theirs)))
             rows.append({"dtype": str(dtype), "prompt_tokens_ours": len(ids), "prompt_tokens_sglang": req.get("prompt_tokens"),

@@ -23,3 +23,19 @@ def code_prompts(tiny_bundle):
     texts = ["import os\nimport sys\n\ndef main(", "Monday, Tuesday, Wednesday,",
              "class Queue:\n    def __init__(self, maxsize=0):\n        self.", "x = 1\nfor i in range(10):\n    x = x * 2 + i\n"]
     return [tiny_bundle.tokenizer(t)["input_ids"] for t in texts]
+
+
+@pytest.fixture(scope="session")
+def engine(tiny_bundle):
+    """engine(method, k=4, cuda_graphs="off") on the tiny zoo, built once per combination."""
+    from specdec.decoder.engine import Engine
+
+    built = {}
+
+    def make(method="ar", k=4, cuda_graphs="off"):
+        key = (method, k, cuda_graphs)
+        if key not in built:
+            built[key] = Engine(tiny_bundle, method, k=k, cuda_graphs=cuda_graphs)
+        return built[key]
+
+    return make

@@ -5,24 +5,46 @@ contract: inputs copied into fixed tensors, outputs overwritten in place at ever
 import pytest
 import torch
 
+import copy
+
 from specdec.decoder.cuda_graphs import EmulatedGraph, graph_mode
-from specdec.decoder.engine import Decoder
+from specdec.decoder.engine import Engine
+from specdec.decoder.proposers import FeatureDraftProposer
 
 METHODS = ["ar", "mtp", "heads", "draft", "eagle", "ngram"]
 
 
-def run_all(decoder, prompts, k=3, n=24):
-    return {m: decoder.generate(prompts, m, k=k, max_new_tokens=n).tokens for m in METHODS}
+def engines(bundle, mode, k=3):
+    return {m: Engine(bundle, m, k=k, cuda_graphs=mode) for m in METHODS}
+
+
+def run_all(engines, prompts, n=24):
+    return {m: e.generate(prompts, max_new_tokens=n).tokens for m, e in engines.items()}
 
 
 def test_emulated_graphs_match_eager_for_every_proposer(tiny_bundle, code_prompts):
-    eager = run_all(Decoder(tiny_bundle, cuda_graphs="off"), code_prompts)
-    twin = Decoder(tiny_bundle, cuda_graphs="emulate")
-    assert twin.use_graphs and twin.kv_len(torch.tensor([3])) == twin.max_len  # fixed shapes
-    assert run_all(twin, code_prompts) == eager
-    assert run_all(twin, code_prompts[:1]) == {m: t[:1] for m, t in eager.items()}  # graphs per batch size
-    assert run_all(twin, code_prompts) == eager  # and back: each batch size keeps its caches and graphs
-    assert len(twin._graphs) > 0 and all(isinstance(g, EmulatedGraph) for g in twin._graphs.values())
+    eager = run_all(engines(tiny_bundle, "off"), code_prompts)
+    twins = engines(tiny_bundle, "emulate")
+    assert all(e.cache.fixed_span and e.cache.span(torch.tensor([3])) == e.max_len for e in twins.values())
+    assert run_all(twins, code_prompts) == eager
+    assert run_all(twins, code_prompts[:1]) == {m: t[:1] for m, t in eager.items()}  # graphs per batch size
+    assert run_all(twins, code_prompts) == eager  # and back: each width keeps its graphs over the same caches
+    for e in twins.values():
+        assert len(e.graphs.captured) > 0 and all(isinstance(g, EmulatedGraph) for g in e.graphs.captured.values())
+        assert {key[1][0][0] for key in e.graphs.captured} == {1, 4}  # one capture per width
+
+
+def test_graphs_belong_to_their_proposer(tiny_bundle, code_prompts):
+    """Two MTP layers in one process: the second (zeroed) must not replay the first one's graphs,
+    weights or cache (a zeroed layer proposes poorly: tau near 1)."""
+    good = Engine(tiny_bundle, "mtp", k=4, cuda_graphs="emulate").generate(code_prompts, max_new_tokens=24)
+    zeroed = copy.deepcopy(tiny_bundle.mtp)
+    for p in zeroed.parameters():
+        p.data.zero_()
+    bad = Engine(tiny_bundle, k=4, cuda_graphs="emulate", proposer=FeatureDraftProposer(zeroed, tiny_bundle.target, "mtp"))
+    res = bad.generate(code_prompts, max_new_tokens=24)
+    assert res.tokens == good.tokens  # lossless either way
+    assert good.stats.tau > 2.0 and res.stats.tau < 1.3
 
 
 def test_emulated_graph_overwrites_its_outputs_in_place():
@@ -47,9 +69,9 @@ def test_cuda_graphs_match_eager_on_gpu(code_prompts):
     from specdec.zoo import load_bundle
 
     bundle = load_bundle("tiny", device="cuda", dtype=torch.float32)
-    eager = run_all(Decoder(bundle, cuda_graphs="off"), code_prompts)
-    graphed = Decoder(bundle, cuda_graphs="on")
-    assert graphed.graph_mode == "cuda"
+    eager = run_all(engines(bundle, "off"), code_prompts)
+    graphed = engines(bundle, "on")
+    assert all(e.graph_mode == "cuda" for e in graphed.values())
     assert run_all(graphed, code_prompts) == eager
     # batch 4 -> 1 -> 4: a real graph bakes in the addresses of the caches it was captured with
     assert run_all(graphed, code_prompts[:1]) == {m: t[:1] for m, t in eager.items()}

@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from specdec.decoder.engine import Decoder
+from specdec.decoder.engine import Engine
 from specdec.decoder.proposers import OracleProposer
 
 METHODS = ["mtp", "heads", "draft", "eagle", "ngram"]
@@ -13,13 +13,8 @@ N = 40
 
 
 @pytest.fixture(scope="module")
-def decoder(tiny_bundle):
-    return Decoder(tiny_bundle, cuda_graphs="off")
-
-
-@pytest.fixture(scope="module")
-def plain(decoder, code_prompts):
-    return decoder.generate(code_prompts, "ar", max_new_tokens=N)
+def plain(engine, code_prompts):
+    return engine("ar").generate(code_prompts, max_new_tokens=N)
 
 
 def test_plain_equals_transformers_generate(tiny_bundle, plain, code_prompts):
@@ -33,32 +28,31 @@ def test_plain_equals_transformers_generate(tiny_bundle, plain, code_prompts):
 
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("k", [1, 3])
-def test_speculative_equals_plain_batch4(decoder, plain, code_prompts, method, k):
-    res = decoder.generate(code_prompts, method, k=k, max_new_tokens=N)
+def test_speculative_equals_plain_batch4(engine, plain, code_prompts, method, k):
+    res = engine(method, k).generate(code_prompts, max_new_tokens=N)
     assert res.tokens == plain.tokens
     assert res.stats is not None and 1.0 <= res.stats.tau <= k + 1
     assert res.steps < plain.steps or method == "ngram"  # fewer target forwards than plain
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_speculative_equals_plain_batch1(decoder, plain, code_prompts, method):
+def test_speculative_equals_plain_batch1(engine, plain, code_prompts, method):
     for b in (0, 3):
-        res = decoder.generate([code_prompts[b]], method, k=4, max_new_tokens=N)
+        res = engine(method, 4).generate([code_prompts[b]], max_new_tokens=N)
         assert res.tokens[0] == plain.tokens[b]
 
 
 def test_eos_and_max_tokens_stop_each_row(tiny_bundle, code_prompts):
     """A row stops at EOS (kept) or at max_new_tokens; stopped rows do not advance."""
-    dec = Decoder(tiny_bundle, cuda_graphs="off")
-    res = dec.generate(code_prompts, "mtp", k=4, max_new_tokens=7)
+    res = Engine(tiny_bundle, "mtp", k=4).generate(code_prompts, max_new_tokens=7)
     assert all(1 <= len(t) <= 7 for t in res.tokens)
     # Make EOS a token the model will produce: the 3rd greedy token of row 0.
-    ref = dec.generate(code_prompts, "ar", max_new_tokens=12)
+    ref = Engine(tiny_bundle, "ar").generate(code_prompts, max_new_tokens=12)
     eos = ref.tokens[0][2]
     tiny_bundle.target.config.eos_token_id = eos
     try:
         for m in ("ar", "mtp", "ngram"):
-            r = dec.generate(code_prompts, m, k=4, max_new_tokens=12)
+            r = Engine(tiny_bundle, m, k=4).generate(code_prompts, max_new_tokens=12)
             assert r.tokens[0] == ref.tokens[0][:3]
             for b, t in enumerate(r.tokens):
                 cut = ref.tokens[b].index(eos) + 1 if eos in ref.tokens[b] else 12
@@ -69,11 +63,10 @@ def test_eos_and_max_tokens_stop_each_row(tiny_bundle, code_prompts):
 
 @pytest.mark.parametrize("alpha", [0.0, 0.5, 1.0])
 def test_oracle_is_lossless_and_hits_its_acceptance(tiny_bundle, plain, code_prompts, alpha):
-    dec = Decoder(tiny_bundle, cuda_graphs="off")
-    ref = dec.generate(code_prompts, "ar", max_new_tokens=N, stop_at_eos=False)
+    ref = Engine(tiny_bundle, "ar").generate(code_prompts, max_new_tokens=N, stop_at_eos=False)
     oracle = OracleProposer.from_continuations(code_prompts, ref.tokens, alpha, tiny_bundle.target.config.vocab_size,
                                                seed=1, length=200)
-    res = dec.generate(code_prompts, "oracle", k=3, max_new_tokens=N, proposer=oracle, stop_at_eos=False)
+    res = Engine(tiny_bundle, k=3, proposer=oracle).generate(code_prompts, max_new_tokens=N, stop_at_eos=False)
     assert res.tokens == ref.tokens
     by_pos = res.stats.by_position
     if alpha == 1.0:  # every step but a row's last (cut short at max_new_tokens) accepts all k
@@ -85,21 +78,21 @@ def test_oracle_is_lossless_and_hits_its_acceptance(tiny_bundle, plain, code_pro
         assert 0.3 < by_pos[0] < 0.7
 
 
-def test_bad_input_is_a_clear_error(decoder, code_prompts):
+def test_bad_input_is_a_clear_error(tiny_bundle, engine, code_prompts):
     with pytest.raises(ValueError, match="k must be"):
-        decoder.generate(code_prompts, "mtp", k=0)
+        Engine(tiny_bundle, "mtp", k=0)
     with pytest.raises(ValueError, match="at least one token"):
-        decoder.generate([[]], "ar")
+        engine("ar").generate([[]])
     with pytest.raises(ValueError, match="unknown method"):
-        decoder.generate(code_prompts, "medusa")
+        Engine(tiny_bundle, "medusa")
     with pytest.raises(ValueError, match="cache slots"):
-        decoder.generate(code_prompts, "ar", max_new_tokens=10_000)
+        engine("ar").generate(code_prompts, max_new_tokens=10_000)
 
 
-def test_stats_count_what_was_emitted(decoder, code_prompts):
+def test_stats_count_what_was_emitted(engine, code_prompts):
     """tau x steps (+ the prefill token) equals the tokens each row kept, even when the last step
     was cut short by max_new_tokens."""
-    res = decoder.generate(code_prompts, "mtp", k=4, max_new_tokens=13, stop_at_eos=False)
+    res = engine("mtp", 4).generate(code_prompts, max_new_tokens=13, stop_at_eos=False)
     a = res.accept_lengths
     for b, toks in enumerate(res.tokens):
         row = a[:, b][a[:, b] >= 0]

@@ -99,6 +99,30 @@ def test_unsupported_config_is_a_clear_error(tmp_path):
                              "num_key_value_heads": 1, "rope_scaling": {"rope_type": "yarn"}})
 
 
+def test_a_config_our_model_cannot_run_is_a_one_line_error():
+    from specdec.decoder.model import ModelConfig, Transformer
+
+    with pytest.raises(ValueError, match="head_dim must be even"):
+        Transformer(ModelConfig(hidden_size=30, num_attention_heads=2, num_key_value_heads=1))
+    with pytest.raises(ValueError, match="head_dim must be even"):
+        ModelConfig.from_hf({"model_type": "llama", "hidden_size": 30, "num_attention_heads": 2, "num_key_value_heads": 1})
+
+
+def test_a_missing_untied_lm_head_is_an_error_not_the_embedding(tmp_path, tiny_bundle):
+    """An untied checkpoint without lm_head.weight must not silently decode with the embedding."""
+    from safetensors.torch import load_file, save_file
+
+    from specdec.decoder.checkpoint import CheckpointError, load_transformer
+
+    src = tiny_bundle.paths["target"]
+    (tmp_path / "config.json").write_text((src / "config.json").read_text())
+    sd = load_file(str(src / "model.safetensors"))
+    sd.pop("lm_head.weight")
+    save_file(sd, str(tmp_path / "model.safetensors"))
+    with pytest.raises(CheckpointError, match="missing tensor lm_head.weight"):
+        load_transformer(tmp_path)
+
+
 @torch.no_grad()
 def test_fused_projections_give_the_same_logits(tiny_bundle, code_prompts):
     """The GPU path packs q/k/v and gate/up into single matmuls; the numbers must not change."""

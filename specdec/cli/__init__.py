@@ -16,6 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tour": ("specdec.cli.tour", "run every lab's core on the embedded tiny models and print a report"),
     "sim": ("specdec.cli.sim", "Lab 1: the speedup model and the Monte Carlo draft/verify loop"),
     "decode": ("specdec.cli.decode", "Lab 2: decode with a proposer and print statistics"),
+    "serve": ("specdec.cli.serve", "Lab 3: serve a model with SGLang's HTTP API and continuous batching"),
     "zoo": ("specdec.cli.zoo", "the embedded model zoo: info, path, build, eval"),
     "grade": ("specdec.cli.grade", "grade lab notebooks (Gradescope JSON, CSV, summary)"),
     "labs": ("specdec.cli.labs", "generate labs/ from solutions/ (or --check that they agree)"),

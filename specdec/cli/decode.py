@@ -8,11 +8,10 @@ import json
 import torch
 
 from specdec.cli.common import UsageError
-from specdec.decoder.engine import Decoder
+from specdec.decoder.engine import METHODS, Engine
 from specdec.zoo import ModelNotFound, load_bundle
 
 DEFAULT_PROMPT = "import os\nimport sys\n\n\ndef main(argv):\n"
-METHODS = ("ar", "mtp", "heads", "draft", "eagle", "ngram")
 
 
 def positive_int(s: str) -> int:
@@ -38,41 +37,36 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
                    help="default: float32 on CPU, bfloat16 on CUDA")
     p.add_argument("--compare", action="store_true", help="also run plain decoding and report the speedup")
+    p.add_argument("--profile", action="store_true",
+                   help="split the time into prefill/draft/verify/host (synchronises the device around each phase)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 def main(args) -> int:
-
-    if args.k < 1:
-        raise UsageError(f"--k must be >= 1, got {args.k}")
-    if args.batch < 1:
-        raise UsageError(f"--batch must be >= 1, got {args.batch}")
-    if args.max_new_tokens < 1:
-        raise UsageError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
-    if args.temperature < 0:
-        raise UsageError(f"--temperature must be >= 0, got {args.temperature}")
-
-
-
+    for name, low in (("k", 1), ("batch", 1), ("max_new_tokens", 1), ("temperature", 0)):
+        if getattr(args, name) < low:
+            raise UsageError(f"--{name.replace('_', '-')} must be >= {low}, got {getattr(args, name)}")
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = getattr(torch, args.dtype or ("bfloat16" if device.startswith("cuda") else "float32"))
     parts = {"mtp": ("mtp",), "heads": ("heads",), "eagle": ("eagle",), "draft": ("draft",)}.get(args.method, ())
+    texts = args.prompt or [DEFAULT_PROMPT]
+    methods = (args.method, "ar") if args.compare and args.method != "ar" else (args.method,)
     try:
         bundle = load_bundle(args.model, parts, device=device, dtype=dtype, draft=args.draft)
-        dec = Decoder(bundle, cuda_graphs=args.cuda_graphs)
-        if args.method != "ar":
-            dec.proposer(args.method)  # fails early if the model lacks the part
+        prompts = [bundle.tokenizer(texts[i % len(texts)])["input_ids"] for i in range(args.batch)]
+        max_len = max(map(len, prompts)) + args.max_new_tokens + args.k + 2
+        engines = {m: Engine(bundle, m, k=args.k, max_batch=args.batch, max_len=max_len, cuda_graphs=args.cuda_graphs)
+                   for m in methods}
+
+        def run(method: str, n: int):
+            return engines[method].generate(prompts, n, args.temperature, seed=args.seed, profile=args.profile)
+
+        if engines[args.method].graph_mode:  # capture the graphs before timing anything
+            for m in methods:
+                run(m, min(8, args.max_new_tokens))
+        res = run(args.method, args.max_new_tokens)
+        base = run("ar", args.max_new_tokens) if args.compare else None
     except (ModelNotFound, ValueError) as exc:
-        raise UsageError(str(exc)) from None
-    texts = args.prompt or [DEFAULT_PROMPT]
-    prompts = [bundle.tokenizer(texts[i % len(texts)])["input_ids"] for i in range(args.batch)]
-    try:
-        if dec.use_graphs:  # capture the graphs before timing anything
-            for m in (args.method, "ar") if args.compare else (args.method,):
-                dec.generate(prompts, m, args.k, min(8, args.max_new_tokens), args.temperature, args.seed)
-        res = dec.generate(prompts, args.method, args.k, args.max_new_tokens, args.temperature, args.seed)
-        base = dec.generate(prompts, "ar", 1, args.max_new_tokens, args.temperature, args.seed) if args.compare else None
-    except ValueError as exc:
         raise UsageError(str(exc)) from None
     out = res.as_dict()
     out["model"] = args.model
@@ -95,8 +89,8 @@ def main(args) -> int:
     if args.method != "ar":
         pos = " ".join(f"{x:.2f}" for x in out["acceptance_by_position"])
         print(f"tau {out['tau']:.2f} tokens/step, per-draft acceptance {out['acceptance_rate']:.2f}, by position [{pos}]")
-    t = out["times"]
-    print("time: " + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in t.items()))
+    if args.profile:
+        print("time: " + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in out["times"].items()))
     if base is not None:
         print(f"plain decoding {base.tokens_per_s:.1f} tokens/s -> speedup {out['speedup']:.2f}x"
               + (f"; identical output: {out['same_as_plain']}" if args.temperature == 0 else ""))

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import torch
 
-from specdec.decoder.engine import Decoder
+from specdec.decoder.engine import METHODS as LABELS
+from specdec.decoder.engine import Engine
 from specdec.zoo import load_bundle
 from specdec.zoo.evaluate import line_prompt, trained_tokenizer
 from specdec.zoo.report import table
@@ -21,9 +22,6 @@ from specdec.zoo.report import table
 PROMPT_TEXT = ("def parse_args(argv=None):\n    import argparse\n    parser = argparse.ArgumentParser(description=__doc__)\n"
                "    return parser.parse_args(argv)\n")
 PROMPT_LINES = 3
-METHODS = ("mtp", "heads", "draft", "eagle", "ngram")
-LABELS = {"ar": "plain", "mtp": "MTP layer", "heads": "MTP heads", "draft": "draft model", "eagle": "EAGLE head",
-          "ngram": "n-gram"}
 K, NEW_TOKENS, REPEATS = 4, 64, 5
 
 
@@ -55,14 +53,15 @@ def tour_lab2(outdir: str | Path = "tour-output") -> str:
     bundle = load_bundle("tiny", device="cpu", dtype=torch.float32)
     tok = trained_tokenizer(bundle.paths["target"])
     prompt = [line_prompt(tok, PROMPT_TEXT, PROMPT_LINES)]
-    dec = Decoder(bundle, cuda_graphs="off")
-    methods = ("ar",) + METHODS
-    for m in methods:  # warm-up: first calls allocate caches
-        dec.generate(prompt, m, k=K, max_new_tokens=8)
+    methods = tuple(LABELS)
+    engines = {m: Engine(bundle, m, k=K, max_batch=1, max_len=len(prompt[0]) + NEW_TOKENS + K + 2, cuda_graphs="off")
+               for m in methods}
+    for e in engines.values():  # warm-up: first calls pay one-off costs
+        e.generate(prompt, max_new_tokens=8)
     runs: dict[str, list] = {m: [] for m in methods}
     for _ in range(REPEATS):  # interleaved, so that a slower moment of the machine hits every method
         for m in methods:
-            runs[m].append(dec.generate(prompt, m, k=K, max_new_tokens=NEW_TOKENS))
+            runs[m].append(engines[m].generate(prompt, max_new_tokens=NEW_TOKENS))
     plain_tps = statistics.median(r.tokens_per_s for r in runs["ar"])
     plain_tokens = runs["ar"][0].tokens
     rows = []

@@ -11,7 +11,12 @@ from pathlib import Path
 
 import torch
 
-from specdec.decoder.checkpoint import CheckpointError, load_eagle, load_heads, load_transformer
+from specdec.decoder.checkpoint import (
+    CheckpointError,
+    load_eagle,
+    load_heads,
+    load_transformer,
+)
 from specdec.decoder.draft_modules import EagleHead, MTPHeads, MTPLayer
 from specdec.decoder.model import Transformer
 

@@ -74,8 +74,11 @@ def load_transformer(path, dtype=torch.float32, device="cpu", with_mtp: bool = T
     body = {k[len("model."):]: v for k, v in sd.items() if k.startswith("model.") and not k.startswith("model.mtp_layers.")}
     if "lm_head.weight" in sd:
         body["lm_head.weight"] = sd["lm_head.weight"]
-    elif cfg.tie_word_embeddings or "embed_tokens.weight" in body:
+    elif cfg.tie_word_embeddings and "embed_tokens.weight" in body:
         body["lm_head.weight"] = body["embed_tokens.weight"]
+    else:  # an untied head must be in the file: the embedding is not a stand-in for it
+        raise CheckpointError(f"{path}: missing tensor lm_head.weight (config.json says tie_word_embeddings "
+                              f"is {cfg.tie_word_embeddings})")
     model = Transformer(cfg)
     _load_into(model, body, str(path))
     model.to(device=device, dtype=dtype).eval()

@@ -3,6 +3,8 @@
 A decode step launches hundreds of small kernels; at batch 1 the GPU waits on the CPU to launch
 them. A graph records the launches once and replays them with one call. Inputs must live in the
 same buffers at every replay, so each call copies its arguments into the captured ones first.
+Graphs belong to the object whose tensors they captured (the engine, each proposer): a `Graphs`
+per owner, so that two owners never replay each other's captures.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ class GraphedStep:
 
     def __init__(self, fn: Callable, example_args: tuple[torch.Tensor, ...], state: tuple[torch.Tensor, ...] = (),
                  pool=None, warmup: int = 2):
+        """`state`: tensors fn updates in place, restored after the warm-up runs."""
         self.static_in = tuple(a.clone() for a in example_args)
         saved = [t.clone() for t in state]  # tensors fn updates in place: the warm-up must not count
         side = torch.cuda.Stream()
@@ -48,7 +51,8 @@ class EmulatedGraph:
     """The CPU twin of GraphedStep, for tests: the same static-buffer contract (inputs copied into
     fixed tensors, outputs written into the same tensors at every replay), without CUDA."""
 
-    def __init__(self, fn: Callable, example_args: tuple[torch.Tensor, ...], state: tuple[torch.Tensor, ...] = ()):
+    def __init__(self, fn: Callable, example_args: tuple[torch.Tensor, ...], state: tuple[torch.Tensor, ...] = (),
+                 pool=None):
         self.fn = fn
         self.static_in = tuple(a.clone() for a in example_args)
         saved = [t.clone() for t in state]
@@ -104,3 +108,30 @@ def say_eager_once(device) -> None:
     if not _said_eager and torch.device(device).type != "cuda":
         print("specdec: no CUDA device, so no CUDA graphs: the decoder runs eager", file=sys.stderr)
         _said_eager = True
+
+
+class Graphs:
+    """The captured steps of one owner, by name and argument shapes (so, per batch size).
+
+    mode None runs fn eagerly; "cuda" captures a CUDA graph on first use; "emulate" the CPU twin.
+    Arguments that are None stay out of the graph (its key records where they were).
+    """
+
+    def __init__(self, mode: str | None, pool=None, compile: bool = False):
+        self.mode, self.pool, self.compile = mode, pool, compile
+        self.captured: dict[tuple, GraphedStep | EmulatedGraph] = {}
+
+    def __call__(self, name: str, fn: Callable, *args, state: tuple[torch.Tensor, ...] = ()):
+        if self.mode is None:
+            return fn(*args)
+        tensors = tuple(a for a in args if a is not None)
+        key = (name, tuple(None if a is None else tuple(a.shape) for a in args))
+        if key not in self.captured:
+            def on_tensors(*ts):
+                it = iter(ts)
+                return fn(*(None if a is None else next(it) for a in args))
+
+            run = torch.compile(on_tensors, dynamic=False) if self.compile else on_tensors
+            kind = GraphedStep if self.mode == "cuda" else EmulatedGraph
+            self.captured[key] = kind(run, tensors, state=state, pool=self.pool)
+        return self.captured[key](*tensors)

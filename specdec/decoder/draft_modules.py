@@ -1,4 +1,4 @@
-"""The draft modules that ride on a target: the MTP layer, parallel MTP heads and the EAGLE head.
+"""The draft modules that ride on a target: the MTP layer, the EAGLE head and parallel MTP heads.
 
 All three read the target's final-normed hidden state h_t (what its LM head reads) and reuse the
 target's embedding and LM head, as SGLang does. Shapes: B batch, T positions, H hidden.
@@ -10,7 +10,14 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from specdec.decoder.model import Block, ModelConfig, RMSNorm, Rotary, attention_mask, init_weights
+from specdec.decoder.model import (
+    Block,
+    ModelConfig,
+    RMSNorm,
+    Rotary,
+    attention_mask,
+    init_weights,
+)
 
 
 class FeatureDraft(nn.Module):
@@ -29,13 +36,13 @@ class FeatureDraft(nn.Module):
     def finish(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def forward(self, hidden, input_ids, positions, embed: nn.Embedding, cache=None, kv_len=None):
+    def forward(self, hidden, input_ids, positions, embed: nn.Embedding, cache=None):
         """hidden [B,T,H] at positions t, input_ids [B,T] = x_{t+1} -> output state [B,T,H]."""
         x = self.combine(embed(input_ids), hidden, positions)
         cos, sin = self.rotary(positions, x.dtype)
         cfg = self.config
         group = cfg.num_attention_heads // cfg.num_key_value_heads
-        mask = attention_mask(positions, kv_len or cache.max_len, group) if cache is not None else None
+        mask = attention_mask(positions, cache.span(positions), group) if cache is not None else None
         x = self.block(x, cos, sin, cache, 0, positions, mask)
         return self.finish(x)
 

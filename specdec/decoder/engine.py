@@ -1,10 +1,10 @@
-"""Decode loops: plain autoregressive and static-k speculative, at batch >= 1 with ragged acceptance.
+"""The step-level engine: rows join (admit) and leave (retire) a running batch between steps.
 
-Every row keeps its own length. A speculative step: the proposer drafts k tokens per row; the
-target reads [pending token, d_1..d_k] at the row's next k+1 positions in one forward (writing its
-KV cache provisionally); each row accepts a prefix and gains one target token; `commit` keeps the
-accepted slots and the rest are forgotten (lengths move, nothing is copied). Rows stop on EOS or
-at max_new_tokens; a stopped row rides along in the fixed-shape batch without advancing.
+`admit` prefills prompts into free rows, `step` advances every running row by one plain or
+speculative step (step.py), a finished row frees its slot at once. Lab 3's server drives this
+loop directly (continuous batching); `generate` is a thin loop over it. Rows live at fixed slots
+of preallocated tensors; a step runs on slots 0..width-1 and free rows ride along, so under CUDA
+graphs one capture per width serves every mix of rows. Shapes: B rows, k drafts, V vocabulary.
 """
 
 from __future__ import annotations
@@ -15,23 +15,83 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from specdec.decoder.cuda_graphs import EmulatedGraph, GraphedStep, graph_mode, say_eager_once
+from specdec.decoder.cuda_graphs import Graphs, graph_mode, say_eager_once
 from specdec.decoder.kv_cache import KVCache
-from specdec.decoder.proposers import Proposer, StepContext, make_proposer
-from specdec.decoder.verify import greedy_accept, sample_accept, sample_tokens
+from specdec.decoder.proposers import (
+    DraftModelProposer,
+    FeatureDraftProposer,
+    HeadsProposer,
+    NgramProposer,
+    Proposer,
+)
+from specdec.decoder.step import Rows, commit, plain_step, verify
+from specdec.decoder.verify import sample
 from specdec.sim.stats import AcceptanceStats
+
+# Every decoding method, with the name the labs give it.
+METHODS = {"ar": "plain", "mtp": "MTP layer", "heads": "MTP heads", "draft": "draft model", "eagle": "EAGLE head",
+           "ngram": "n-gram"}
+
+
+def make_proposer(method: str, bundle) -> Proposer | None:
+    """The bundle's proposer for `method` (None for plain decoding)."""
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+    part = {"mtp": "mtp", "eagle": "eagle", "heads": "heads", "draft": "draft"}.get(method)
+    if part and getattr(bundle, part) is None:
+        raise ValueError(f"{bundle.name} has no {METHODS[method]} (method {method!r})")
+    if method in ("mtp", "eagle"):
+        return FeatureDraftProposer(getattr(bundle, part), bundle.target, method)
+    if method == "heads":
+        return HeadsProposer(bundle.heads, bundle.target)
+    if method == "draft":
+        return DraftModelProposer(bundle.draft)
+    return NgramProposer() if method == "ngram" else None
+
+
+@dataclass
+class SamplingParams:
+    max_new_tokens: int = 64
+    temperature: float = 0.0  # 0 = greedy
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = no limit
+    stop_at_eos: bool = True
+    seed: int | None = None  # a row of its own random numbers: the same output whatever else runs
+
+    def check(self) -> None:
+        if not (isinstance(self.max_new_tokens, int) and self.max_new_tokens >= 1):
+            raise ValueError(f"max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}")
+        if not self.temperature >= 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature!r}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if not (isinstance(self.top_k, int) and self.top_k >= 0):
+            raise ValueError(f"top_k must be an integer >= 0, got {self.top_k!r}")
+
+
+@dataclass
+class RowUpdate:
+    """What the admission or one step did to one row."""
+
+    slot: int
+    tokens: list[int]  # kept this step
+    accepted: int  # drafts accepted (-1: the prefill, or a plain step)
+    proposed: int  # drafts that counted: k, fewer where the row's budget ended the step (0: plain)
+    finished: str | None = None  # "stop" (a stop id), "length" (its budget), or None
+    drafts: list[int] | None = None  # what the proposer guessed this step (None: prefill or plain)
 
 
 @dataclass
 class DecodeResult:
     method: str
     k: int
-    tokens: list[list[int]]  # generated ids per row (EOS included when it stopped the row)
+    tokens: list[list[int]]  # generated ids per prompt (the stop id included when it ended the row)
     prompt_lengths: list[int]
-    accept_lengths: np.ndarray  # [steps, B] accepted drafts per verify step; -1 where a row had stopped
-    steps: int  # forward passes of the target after the prompt (verify steps, or plain decode steps)
+    accept_lengths: np.ndarray  # [steps, B] accepted drafts per step; -1 where a row was not running
+    proposed: np.ndarray  # [steps, B] drafts that counted (k; fewer where the row's budget cut the step)
+    steps: int  # target forwards after the prefill (verify steps, or plain decode steps)
     wall_s: float
-    times: dict = field(default_factory=dict)  # seconds in prefill / draft / verify / bookkeeping
+    times: dict = field(default_factory=dict)  # seconds in prefill / draft / verify / host, when profiled
     cuda_graphs: bool = False
     temperature: float = 0.0
 
@@ -45,10 +105,10 @@ class DecodeResult:
 
     @property
     def stats(self) -> AcceptanceStats | None:
-        a = self.accept_lengths
-        if self.method == "ar" or a.size == 0 or (a >= 0).sum() == 0:
+        a, ran = self.accept_lengths, self.accept_lengths >= 0
+        if self.method == "ar" or not ran.any():
             return None
-        return AcceptanceStats.from_accept_lengths(a[a >= 0], self.k)
+        return AcceptanceStats.from_accept_lengths(a[ran], self.k, proposed=self.proposed[ran])
 
     def as_dict(self) -> dict:
         s = self.stats
@@ -65,234 +125,246 @@ class DecodeResult:
         }
 
 
-@dataclass
-class DecodeState:
-    """Per-row state of a batch, kept in fixed tensors so that graphed steps can update it in place."""
+class Engine:
+    """A target, one proposer (or none: plain decoding) and a batch of up to max_batch rows."""
 
-    tokens: torch.Tensor  # [B, S] prompt + generated tokens; the pending one at seq_len - 1
-    seq_len: torch.Tensor  # [B] tokens known per row
-    n_gen: torch.Tensor  # [B] tokens generated per row
-    done: torch.Tensor  # [B] row has stopped
-    pos0: torch.Tensor  # [B] position of the last target forward's first token
-    n_valid: torch.Tensor  # [B] how many of those positions were committed
-    max_new: torch.Tensor  # [] max_new_tokens
-    eos: torch.Tensor  # [] EOS id, -1 for none
-
-    @classmethod
-    def empty(cls, batch: int, length: int, device) -> "DecodeState":
-        z = lambda: torch.zeros(batch, dtype=torch.long, device=device)  # noqa: E731
-        return cls(torch.zeros(batch, length, dtype=torch.long, device=device), z(), z(),
-                   torch.zeros(batch, dtype=torch.bool, device=device), z(), z(),
-                   torch.zeros((), dtype=torch.long, device=device), torch.zeros((), dtype=torch.long, device=device))
-
-    def tensors(self) -> tuple[torch.Tensor, ...]:
-        return tuple(self.__dict__.values())
-
-
-class Decoder:
-    """Holds a bundle's models, their KV caches, decode state and captured graphs across calls."""
-
-    def __init__(self, bundle, cuda_graphs: str = "auto", max_len: int | None = None, compile: bool = False):
-        """compile: fuse the target's step with torch.compile (GPU; inside our own graphs)."""
-        self.bundle = bundle
-        self.compile = compile
-        self.target = bundle.target
-        self.device = bundle.device
+    def __init__(self, bundle, method: str = "ar", k: int = 4, max_batch: int = 8, max_len: int | None = None,
+                 cuda_graphs: str = "auto", compile: bool = False, proposer: Proposer | None = None, seed: int = 0):
+        """compile: fuse the target's step with torch.compile (GPU; replayed inside our own graphs)."""
+        if not (isinstance(k, int) and k >= 1):
+            raise ValueError(f"k must be an integer >= 1, got {k!r}")
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        self.bundle, self.target, self.k = bundle, bundle.target, k
+        self.proposer = proposer if proposer is not None else make_proposer(method, bundle)
+        self.method = method if proposer is None else proposer.name
+        self.device = next(self.target.parameters()).device
+        self.max_len = max_len or min(self.target.config.max_position_embeddings, 2048)
         self.graph_mode = graph_mode(cuda_graphs, self.device)
-        self.use_graphs = self.graph_mode is not None  # fixed shapes everywhere (full-length attention)
         if self.graph_mode != "cuda":
             say_eager_once(self.device)
-        self.max_len = max_len or min(self.target.config.max_position_embeddings, 2048)
-        self._caches: dict[int, KVCache] = {}
-        self._states: dict[int, DecodeState] = {}
-        self._graphs: dict[tuple, GraphedStep | EmulatedGraph] = {}
-        self._proposers: dict[str, Proposer] = {}
-        self._batch = 0
+        pool = torch.cuda.graph_pool_handle() if self.graph_mode == "cuda" else None  # one pool per engine
+        self.graphs = Graphs(self.graph_mode, pool, compile)
+        self.cache = KVCache.for_model(self.target, max_batch, self.max_len)
+        self.cache.fixed_span = self.graph_mode is not None
+        self.eos_ids = bundle.eos_token_ids
+        self.rows = Rows.empty(self.cache, self.max_len + k + 2, len(self.eos_ids))
+        if self.proposer is not None:
+            self.proposer.setup(max_batch, self.max_len, k, Graphs(self.graph_mode, pool))
+        self.capacity = max_batch
+        self.params: dict[int, SamplingParams] = {}  # running rows, by slot
+        self.emitted: dict[int, int] = {}  # tokens each running row has emitted
+        self.row_gens: dict[int, torch.Generator] = {}
+        self.gen = torch.Generator(device=self.device).manual_seed(seed)
+        self.times = dict(prefill=0.0, draft=0.0, verify=0.0, host=0.0)  # filled when profiling
 
-    # -- helpers used by the proposers ---------------------------------------------------------
-    def kv_len(self, positions: torch.Tensor) -> int:
-        """Cache slots attention reads: all of them under a graph (fixed shape), else just enough."""
-        if self.use_graphs:
-            return self.max_len
-        return min(self.max_len, int(positions.max()) + 1)
+    # -- rows join and leave -------------------------------------------------------------------
+    @property
+    def running(self) -> list[int]:
+        return sorted(self.params)
 
-    def graphed(self, name: str, fn, args: tuple, eager: bool = False, state: tuple = ()):
-        """fn, or its CUDA graph for these shapes (captured on first use). `state`: tensors fn
-        updates in place (restored after the capture's warm-up runs)."""
-        if not self.use_graphs or eager:
-            return fn
-        key = (name, self._batch, tuple(tuple(a.shape) for a in args))
-        if key not in self._graphs:
-            if self.compile and name.startswith("verify"):
-                # Fused kernels (fewer, bigger launches); our graph then replays them. The cache
-                # tensors are written in place, so torch.compile's own graphs are not used.
-                fn = torch.compile(fn, dynamic=False)
-            kind = GraphedStep if self.graph_mode == "cuda" else EmulatedGraph
-            self._graphs[key] = kind(fn, args, state=state)
-        return self._graphs[key]
+    @property
+    def free_slots(self) -> list[int]:
+        return [s for s in range(self.capacity) if s not in self.params]
 
-    def cache(self, batch: int) -> KVCache:
-        if batch not in self._caches:
-            self._caches[batch] = KVCache.for_model(self.target, batch, self.max_len)
-        return self._caches[batch]
-
-    def state(self, batch: int) -> DecodeState:
-        if batch not in self._states:
-            self._states[batch] = DecodeState.empty(batch, self.max_len + 2, self.device)
-        return self._states[batch]
-
-    def proposer(self, method: str) -> Proposer:
-        if method not in self._proposers:
-            self._proposers[method] = make_proposer(method, self.bundle)
-        return self._proposers[method]
-
-    # -- the loops -----------------------------------------------------------------------------
-    @torch.no_grad()
-    def generate(self, prompts: list[list[int]], method: str = "ar", k: int = 4, max_new_tokens: int = 64,
-                 temperature: float = 0.0, seed: int = 0, proposer: Proposer | None = None,
-                 stop_at_eos: bool = True, profile: bool = True) -> DecodeResult:
-        """Decode every prompt; `profile` synchronises the GPU around each phase to split the time."""
-        if k < 1:
-            raise ValueError("k must be >= 1")
-        if max_new_tokens < 1:
-            raise ValueError("max_new_tokens must be >= 1")
-        if temperature < 0:
-            raise ValueError("temperature must be >= 0")
-        if not prompts or any(len(p) == 0 for p in prompts):
+    def check_prompt(self, prompt: list[int], params: SamplingParams) -> None:
+        """A clear ValueError for what this engine cannot decode."""
+        if len(prompt) == 0:
             raise ValueError("every prompt needs at least one token")
-        B, dev = len(prompts), self.device
-        lens = torch.tensor([len(p) for p in prompts], device=dev)
-        W = int(lens.max())
-        width = 1 if method == "ar" else k + 1
-        if W + max_new_tokens + width > self.max_len:
-            raise ValueError(f"prompt ({W}) + max_new_tokens ({max_new_tokens}) + k needs {W + max_new_tokens + width} "
-                             f"cache slots; this decoder has {self.max_len} (raise max_len)")
-        self._batch = B
-        gen = torch.Generator(device=dev).manual_seed(seed)
-        eos = (self.bundle.eos_token_ids or [None])[0] if stop_at_eos else None
-        if method != "ar":
-            proposer = proposer or self.proposer(method)
-            proposer.setup(self, B, k)
-        cache, st = self.cache(B), self.state(B)
-        cache.reset()
-        st.tokens.zero_()
-        for b, p in enumerate(prompts):
-            st.tokens[b, : len(p)] = torch.as_tensor(p, device=dev)
-        st.max_new.fill_(max_new_tokens)
-        st.eos.fill_(-1 if eos is None else eos)
-        rows = torch.arange(B, device=dev)
-        sync = self._sync if profile else (lambda: None)
-        times = dict(prefill=0.0, draft=0.0, verify=0.0, bookkeeping=0.0)
+        vocab = self.target.config.vocab_size
+        if any(not isinstance(t, (int, np.integer)) or not 0 <= t < vocab for t in prompt):
+            raise ValueError(f"token ids must be integers in 0..{vocab - 1}")
+        params.check()
+        need = len(prompt) + params.max_new_tokens + (self.k + 1 if self.proposer is not None else 1)
+        if need > self.max_len:
+            raise ValueError(f"prompt ({len(prompt)}) + max_new_tokens ({params.max_new_tokens}) + k needs {need} "
+                             f"cache slots; this engine has {self.max_len} (raise max_len)")
 
+    @torch.no_grad()
+    def admit(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]) -> list[RowUpdate]:
+        """Prefill prompts into the lowest free rows; each gets its first token (the pending one)."""
+        params = params if isinstance(params, list) else [params] * len(prompts)
+        for p, sp in zip(prompts, params):
+            self.check_prompt(p, sp)
+        free = self.free_slots
+        if len(prompts) > len(free):
+            raise ValueError(f"{len(prompts)} prompts but {len(free)} free rows")
+        t0 = time.perf_counter()
+        slots, updates, i = free[: len(prompts)], [], 0
+        while i < len(prompts):  # runs of consecutive slots are prefilled in one forward
+            j = i + 1
+            while j < len(prompts) and slots[j] == slots[j - 1] + 1:
+                j += 1
+            updates += self._prefill(slots[i], prompts[i:j], params[i:j])
+            i = j
+        self.times["prefill"] += time.perf_counter() - t0
+        return updates
+
+    def _prefill(self, start: int, prompts: list[list[int]], params: list[SamplingParams]) -> list[RowUpdate]:
+        n, W, dev = len(prompts), max(len(p) for p in prompts), self.device
+        rows, cache = self.rows.view(start, start + n), self.cache.rows(start, start + n)
+        cache.fixed_span = False  # the prefill runs eagerly: attention reads just enough slots
+        lens = torch.tensor([len(p) for p in prompts], device=dev)
+        for b, (p, sp) in enumerate(zip(prompts, params)):
+            rows.tokens[b, :len(p)] = torch.as_tensor(p, device=dev)
+            rows.eos[b] = -1
+            if sp.stop_at_eos and self.eos_ids:
+                rows.eos[b, : len(self.eos_ids)] = torch.tensor(self.eos_ids, device=dev)
+            self.params[start + b] = sp
+            if sp.seed is not None:
+                self.row_gens[start + b] = torch.Generator().manual_seed(sp.seed)
+        rows.temperature.copy_(torch.tensor([sp.temperature for sp in params]))
+        rows.top_p.copy_(torch.tensor([sp.top_p for sp in params]))
+        rows.top_k.copy_(torch.tensor([sp.top_k for sp in params]))
+        rows.max_new.copy_(torch.tensor([sp.max_new_tokens for sp in params]))
+        rows.n_new.zero_()
+        rows.done.zero_()
+        self._flags(rows)
+        cache.lengths.zero_()
+        logits, hidden = self.target(rows.tokens[:, :W], torch.arange(W, device=dev).expand(n, W), cache)
+        # The prompt's last token plays the pending one: a plain step's commit emits the first token.
+        cache.lengths.copy_(lens - 1)
+        u = self._uniforms(start, n, 1)[:, 0]
+        first = sample(rows.probs(logits[torch.arange(n, device=dev), lens - 1].unsqueeze(1))[:, 0], u)
+        commit(rows, cache, first.unsqueeze(1), torch.ones_like(lens))
+        if self.proposer is not None:
+            self.proposer.admit(self.rows, start, hidden)
+        host = torch.stack([first, rows.done.long()], 1).tolist()
+        return [self._report(start + b, [tok], -1, 0, bool(done)) for b, (tok, done) in enumerate(host)]
+
+    def retire(self, slot: int) -> None:
+        """Free a row (finished, or cancelled by its caller): the next admit may reuse it."""
+        self.params.pop(slot, None)
+        self.row_gens.pop(slot, None)
+        self.emitted.pop(slot, None)
+        self.rows.done[slot] = True
+
+    # -- one step of every running row -----------------------------------------------------------
+    @torch.no_grad()
+    def step(self, profile: bool = False) -> list[RowUpdate]:
+        """Advance every running row by one step; `profile` synchronises the device around each
+        phase to split the time (a GPU otherwise runs ahead of the host until the step's result)."""
+        if not self.params:
+            return []
+        width = self.width()
+        rows, cache = self.rows.view(0, width), self.cache.rows(0, width)
+        self._flags(rows)
+        sync = self._sync if profile else (lambda: None)
+        t0 = time.perf_counter()
+        k = self.k
+        if self.proposer is None:
+            u = self._uniforms(0, width, 1)
+            emitted, count = self.graphs("plain", lambda u_: plain_step(self.target, cache, rows, u_), u[:, 0],
+                                         state=rows.tensors())
+            accept_length, drafts, t1 = torch.full_like(count, -1), emitted[:, :0], t0
+        else:
+            u = self._uniforms(0, width, 2 * k + 1)
+            drafts, q = self.proposer.propose(rows, k, u[:, k + 1:])  # [B, k], [B, k, V] | None
+            sync()
+            t1 = time.perf_counter()
+            emitted, count, accept_length, hidden = self.graphs(
+                "verify/top" if rows.truncating else "verify",
+                lambda d, q_, u_: verify(self.target, cache, rows, d, q_, u_), drafts, q, u[:, : k + 1],
+                state=rows.tensors())
+            self.proposer.accepted(rows, hidden, count)
+        sync()
+        t2 = time.perf_counter()
+        # the one sync of a step: what the host needs to know
+        W = emitted.shape[1]
+        host = torch.cat([count.unsqueeze(1), accept_length.unsqueeze(1), rows.done.long().unsqueeze(1), emitted,
+                          drafts], 1).tolist()
+        updates = []
+        for slot in list(self.params):
+            n, acc, done, toks, guessed = *host[slot][:3], host[slot][3:3 + W], host[slot][3 + W:]
+            # drafts count as proposed up to the row's budget: past it they could never be emitted
+            left = self.params[slot].max_new_tokens - self.emitted[slot]
+            proposed = 0 if self.proposer is None else min(k, left - 1)
+            updates.append(self._report(slot, toks[:n], min(acc, proposed) if acc >= 0 else -1, proposed, bool(done),
+                                        guessed if self.proposer is not None else None))
+        self.times["draft"] += t1 - t0
+        self.times["verify"] += t2 - t1
+        self.times["host"] += time.perf_counter() - t2
+        return updates
+
+    # -- a whole batch, start to finish ----------------------------------------------------------
+    def generate(self, prompts: list[list[int]], max_new_tokens: int = 64, temperature: float = 0.0,
+                 top_p: float = 1.0, top_k: int = 0, seed: int = 0, stop_at_eos: bool = True,
+                 profile: bool = False) -> DecodeResult:
+        """Decode every prompt (more prompts than rows wait for a free one, as in a server);
+        `profile` splits the time into phases at the cost of a device sync around each."""
+        if not prompts:
+            raise ValueError("no prompts")
+        if self.params:
+            raise RuntimeError("generate needs an idle engine; rows are running")
+        params = SamplingParams(max_new_tokens, temperature, top_p, top_k, stop_at_eos)
+        for p in prompts:
+            self.check_prompt(p, params)
+        self.gen.manual_seed(seed)
+        self.times = dict.fromkeys(self.times, 0.0)
+        B = len(prompts)
+        out: list[list[int]] = [[] for _ in prompts]
+        owner: dict[int, int] = {}  # slot -> prompt index
+        log_acc, log_prop = [], []
+        waiting = list(range(B))
         self._sync()
         t0 = time.perf_counter()
-        pos = torch.arange(W, device=dev).expand(B, W)
-        logits, hidden = self.target(st.tokens[:, :W], pos, cache, self.kv_len(pos))  # [B, W, V], [B, W, H]
-        first = sample_tokens(logits[rows, lens - 1], temperature, gen)
-        st.tokens[rows, lens] = first
-        cache.commit(lens)
-        st.seq_len.copy_(lens + 1)  # the last token (pending) is not yet in the cache
-        st.n_gen.fill_(1)
-        st.done.copy_((st.n_gen >= st.max_new) | (first == st.eos))
-        st.pos0.zero_()
-        st.n_valid.copy_(lens)
-        ctx = StepContext(st.tokens, st.seq_len, hidden, st.pos0, st.n_valid, temperature, gen)
-        if method != "ar":
-            proposer.prefill(ctx)
-        sync()
-        times["prefill"] = time.perf_counter() - t0
-
-        offsets = torch.arange(width, device=dev)
-        verify_fn = self._verify_greedy if temperature == 0 else self._verify
-        advance = self.graphed(f"advance-{width}", self._advance,
-                               (torch.zeros(B, width, dtype=torch.long, device=dev), torch.zeros(B, dtype=torch.long, device=dev)),
-                               state=st.tensors() + (cache.lengths,))
-        accept_log: list[torch.Tensor] = []
-        steps = 0
-        while not bool(st.done.all()):
-            steps += 1
-            t1 = time.perf_counter()
-            drafts, q = proposer.propose(ctx, k) if method != "ar" else (None, None)  # [B, k], [B, k, V] | None
-            sync()
-            t2 = time.perf_counter()
-            pos = (st.seq_len - 1).unsqueeze(1) + offsets  # [B, width]: the pending token, then the drafts
-            pending = st.tokens.gather(1, pos[:, :1])
-            block = pending if drafts is None else torch.cat([pending, drafts], 1)
-            out = self.graphed(f"verify-{width}-{temperature == 0}", verify_fn, (block, pos))(block, pos)
-            hidden = out[1]
-            if temperature == 0:
-                accept, emitted = out[2], out[3]
-            else:
-                accept, emitted = self._accept_sampled(block, q, out[0], temperature, gen)
-            sync()
-            t3 = time.perf_counter()
-            was_done = st.done.clone()
-            count = advance(emitted, accept)  # keep the accepted prefix + 1, cut at EOS / max_new_tokens
-            # tau counts tokens emitted per step: a step cut short at the end counts what it kept
-            accept_log.append(torch.where(was_done, -1, torch.minimum(accept, count - 1)))
-            ctx.hidden = hidden
-            sync()
-            t4 = time.perf_counter()
-            times["draft"] += t2 - t1
-            times["verify"] += t3 - t2
-            times["bookkeeping"] += t4 - t3
+        while waiting or self.params:
+            if waiting and self.free_slots:
+                batch = waiting[: len(self.free_slots)]
+                waiting = waiting[len(batch):]
+                for i, up in zip(batch, self.admit([prompts[i] for i in batch], params)):
+                    owner[up.slot] = i
+                    out[i] += up.tokens
+                continue  # rows that finished at their first token free their slot at once
+            acc, prop = np.full(B, -1), np.zeros(B, dtype=np.int64)
+            for up in self.step(profile):
+                i = owner[up.slot]
+                out[i] += up.tokens
+                acc[i], prop[i] = up.accepted, up.proposed
+            log_acc.append(acc)
+            log_prop.append(prop)
         self._sync()
         wall = time.perf_counter() - t0
-        lens_l, n_l = lens.tolist(), st.n_gen.tolist()
-        out_tokens = [st.tokens[b, lens_l[b]: lens_l[b] + n_l[b]].tolist() for b in range(B)]
-        acc = torch.stack(accept_log).cpu().numpy() if accept_log else np.zeros((0, B), dtype=np.int64)
-        return DecodeResult(method=method, k=k, tokens=out_tokens, prompt_lengths=lens_l, accept_lengths=acc,
-                            steps=steps, wall_s=wall, times=times if profile else {}, cuda_graphs=self.graph_mode == "cuda",
+        steps = len(log_acc)
+        shape = (steps, B) if steps else (0, B)
+        return DecodeResult(method=self.method, k=self.k, tokens=out, prompt_lengths=[len(p) for p in prompts],
+                            accept_lengths=np.array(log_acc, dtype=np.int64).reshape(shape),
+                            proposed=np.array(log_prop, dtype=np.int64).reshape(shape), steps=steps, wall_s=wall,
+                            times=dict(self.times) if profile else {}, cuda_graphs=self.graph_mode == "cuda",
                             temperature=temperature)
 
-    # -- the pieces of a step (each one graphable) ---------------------------------------------
-    def _verify(self, block, pos):
-        """The target reads the block at its positions: provisional KV writes, logits, hidden."""
-        return self.target(block, pos, self.cache(block.shape[0]), self.kv_len(pos))
+    def _report(self, slot: int, tokens: list[int], accepted: int, proposed: int, done: bool,
+                drafts: list[int] | None = None) -> RowUpdate:
+        self.emitted[slot] = self.emitted.get(slot, 0) + len(tokens)
+        finished = None
+        if done:
+            finished = "stop" if tokens and tokens[-1] in self.eos_ids and self.params[slot].stop_at_eos else "length"
+            self.retire(slot)
+        return RowUpdate(slot, tokens, accepted, proposed, finished, drafts)
 
-    def _verify_greedy(self, block, pos):
-        """Verify and accept greedily in one graph: emitted [B, width] holds the accepted drafts and
-        then the target's own token (correction or bonus) at index accept."""
-        logits, hidden = self._verify(block, pos)
-        if block.shape[1] == 1:
-            return logits, hidden, torch.zeros_like(block[:, 0]), logits[:, 0].argmax(-1, keepdim=True)
-        drafts = block[:, 1:]
-        accept, nxt = greedy_accept(drafts, logits)
-        emitted = torch.cat([drafts, nxt.unsqueeze(1)], 1).scatter(1, accept.unsqueeze(1), nxt.unsqueeze(1))
-        return logits, hidden, accept, emitted
+    def width(self) -> int:
+        """Rows in this step's fixed shape: up to the highest running slot; under graphs rounded up to
+        a power of two, so that a few captures serve every mix of rows."""
+        top = max(self.params) + 1
+        if self.graph_mode is None:
+            return top
+        return min(self.capacity, 1 << (top - 1).bit_length())
 
-    @staticmethod
-    def _accept_sampled(block, q, logits, temperature, gen):
-        if block.shape[1] == 1:
-            nxt = sample_tokens(logits[:, 0], temperature, gen)
-            return torch.zeros_like(nxt), nxt.unsqueeze(1)
-        drafts = block[:, 1:]
-        accept, nxt = sample_accept(drafts, q, logits, temperature, gen)
-        emitted = torch.cat([drafts, nxt.unsqueeze(1)], 1).scatter(1, accept.unsqueeze(1), nxt.unsqueeze(1))
-        return accept, emitted
+    def _flags(self, rows: Rows) -> None:
+        running = self.params.values()
+        rows.sampling = self.rows.sampling = any(sp.temperature > 0 for sp in running)
+        rows.truncating = self.rows.truncating = any(sp.top_p < 1 or sp.top_k > 0 for sp in running)
 
-    def _advance(self, emitted, accept):
-        """Bookkeeping, in place: each running row keeps accepted + 1 tokens (fewer at EOS or
-        max_new_tokens), its KV cache commits them and the rest are rolled back by not counting."""
-        st, cache = self.state(emitted.shape[0]), self.cache(emitted.shape[0])
-        W = emitted.shape[1]
-        j = torch.arange(W, device=emitted.device).unsqueeze(0)
-        valid = j <= accept.unsqueeze(1)
-        is_eos = (emitted == st.eos) & valid
-        first_eos = torch.where(is_eos.any(1), is_eos.int().argmax(1), W)
-        count = torch.minimum(torch.minimum(accept + 1, first_eos + 1), st.max_new - st.n_gen)
-        count = torch.where(st.done, 0, count)
-        keep = j < count.unsqueeze(1)
-        idx = st.seq_len.unsqueeze(1) + j
-        st.tokens.scatter_(1, idx, torch.where(keep, emitted, st.tokens.gather(1, idx)))
-        st.done |= (is_eos & keep).any(1)
-        st.pos0.copy_(st.seq_len - 1)
-        st.n_valid.copy_(accept + 1)
-        st.seq_len += count
-        st.n_gen += count
-        cache.commit(count, check=False)  # sized up front; the accepted prefix stays, the rest is rolled back
-        st.done |= st.n_gen >= st.max_new
-        return count
+    def _uniforms(self, start: int, n: int, width: int) -> torch.Tensor:
+        """Uniforms [n, width] for rows start..: zeros when every row is greedy (they are unused),
+        a row's own generator when it has a seed."""
+        if not self.rows.sampling:
+            return torch.zeros(n, width, device=self.device)
+        u = torch.rand(n, width, device=self.device, generator=self.gen)
+        for slot, g in self.row_gens.items():
+            if start <= slot < start + n:
+                u[slot - start] = torch.rand(width, generator=g).to(self.device)
+        return u
 
     def _sync(self) -> None:
         if self.device.type == "cuda":

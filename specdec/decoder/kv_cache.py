@@ -3,7 +3,8 @@
 Slot s of a row holds the key/value of the token at absolute position s. A verify step writes
 its k+1 positions *provisionally* past the committed length; `commit` moves a row's length over
 the accepted prefix and whatever lies beyond is simply ignored (rollback moves lengths back).
-Nothing is ever copied: attention masks by position, and stale slots are overwritten later.
+Nothing is ever copied: attention masks by position, and stale slots are overwritten later,
+because every forward writes from its row's committed length upwards.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ class KVCache:
         self.lengths = torch.zeros(batch, dtype=torch.long, device=device)  # committed tokens per row
         self.max_len = max_len
         self.batch = batch
+        # Under CUDA graphs shapes are frozen at capture, so attention reads every slot (masked).
+        self.fixed_span = False
 
     @classmethod
     def for_model(cls, model, batch: int, max_len: int) -> "KVCache":
@@ -28,6 +31,15 @@ class KVCache:
         n_layers = getattr(model, "num_cache_layers", cfg.num_hidden_layers)
         return cls(n_layers, batch, cfg.num_key_value_heads, cfg.head_dim, max_len, p.device, p.dtype)
 
+    def rows(self, start: int, stop: int) -> "KVCache":
+        """Rows start..stop-1 as a cache of their own that shares this one's memory (a view)."""
+        view = object.__new__(KVCache)
+        view.k = [t[start:stop] for t in self.k]
+        view.v = [t[start:stop] for t in self.v]
+        view.lengths = self.lengths[start:stop]
+        view.max_len, view.batch, view.fixed_span = self.max_len, stop - start, self.fixed_span
+        return view
+
     def write(self, layer: int, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor) -> None:
         """Store k, v [B, nkv, T, D] at absolute positions [B, T] (a provisional write)."""
         B, T = positions.shape
@@ -35,6 +47,12 @@ class KVCache:
         # Advanced indices around a slice put [B, T] first: the value must be [B, T, nkv, D].
         self.k[layer][rows, :, positions] = k.transpose(1, 2)
         self.v[layer][rows, :, positions] = v.transpose(1, 2)
+
+    def span(self, positions: torch.Tensor) -> int:
+        """How many slots attention reads: all of them under a graph, else just enough."""
+        if self.fixed_span:
+            return self.max_len
+        return min(self.max_len, int(positions.max()) + 1)
 
     def positions(self, width: int) -> torch.Tensor:
         """Positions of the next `width` tokens of every row: [B, width]."""

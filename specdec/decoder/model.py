@@ -42,6 +42,8 @@ class ModelConfig:
             self.head_dim = self.hidden_size // self.num_attention_heads
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
+        if self.head_dim % 2:  # rotary embeddings rotate pairs of dimensions
+            raise ValueError(f"head_dim must be even for rotary embeddings, got {self.head_dim}")
 
     @classmethod
     def from_hf(cls, cfg: dict[str, Any]) -> "ModelConfig":
@@ -226,6 +228,9 @@ def init_weights(module: nn.Module, std: float = 0.02) -> None:
 class Transformer(nn.Module):
     """Decoder-only LM. forward(ids [B,T], positions [B,T], cache) -> (logits [B,T,V], hidden [B,T,H]).
 
+    With a cache, the keys and values of the T positions are written into it (provisionally: the
+    caller commits) and attention reads the cache's slots 0..position.
+
     `hidden` is the final-normed state fed to the LM head: what EAGLE heads, MTP layers and
     parallel heads read.
     """
@@ -242,8 +247,7 @@ class Transformer(nn.Module):
         self.rotary = Rotary(cfg)
         init_weights(self)
 
-    def forward(self, input_ids, positions=None, cache=None, kv_len: int | None = None,
-                return_logits: bool = True):
+    def forward(self, input_ids, positions=None, cache=None, return_logits: bool = True):
         B, T = input_ids.shape
         if positions is None:
             positions = torch.arange(T, device=input_ids.device).expand(B, T)
@@ -251,7 +255,8 @@ class Transformer(nn.Module):
         cos, sin = self.rotary(positions, x.dtype)
         mask = None
         if cache is not None:  # built once, shared by every layer
-            mask = attention_mask(positions, kv_len or cache.max_len, self.config.num_attention_heads // self.config.num_key_value_heads)
+            group = self.config.num_attention_heads // self.config.num_key_value_heads
+            mask = attention_mask(positions, cache.span(positions), group)
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, cache, i, positions, mask)
         hidden = self.norm(x)

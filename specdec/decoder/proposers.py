@@ -1,141 +1,131 @@
 """Proposers: each one guesses the next k tokens of every row; the target then verifies them.
 
-One small interface: `prefill(ctx)` after the target has read the prompt, and `propose(ctx, k)`
-before each verify step, which returns drafts [B, k] and, for sampling, the distributions q
-[B, k, V] they were drawn from (None for a deterministic proposer). The `StepContext` carries
-what the last target forward produced. Shapes: B rows, k drafts, V vocabulary, H hidden, W width.
+The interface, in the order the engine calls it:
+  setup(capacity, max_len, k, graphs)      allocate per-row state once (caches, buffers)
+  admit(rows, start, hidden)               the target just read the prompts of rows start..;
+                                           hidden [n, W, H] its states over them
+  propose(rows, k, u) -> drafts, q         drafts [B, k]; q [B, k, V] they were drawn from, or
+                                           None when every row is greedy or the proposer is
+                                           deterministic; u [B, k] uniforms for sampled rows
+  accepted(rows, hidden, count)            the target verified: count [B] tokens were kept,
+                                           hidden [B, k+1, H] its states at the block's positions
+A proposer's own KV cache commits in step with the target's, so its `lengths` mean the same.
+Shapes: B rows, k drafts, V vocabulary, H hidden, W prompt width.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 
+from specdec.decoder.cuda_graphs import Graphs
 from specdec.decoder.kv_cache import KVCache
+from specdec.decoder.step import Rows
+from specdec.decoder.verify import sample
 
 
-@dataclass
-class StepContext:
-    """The decoder's state as a proposer sees it.
-
-    tokens [B, S] all tokens so far (prompt, generated, and the pending token at seq_len - 1);
-    hidden [B, W, H] the target's hidden states from its last forward, at positions pos0 + 0..W-1;
-    n_valid [B] how many of those W positions were committed (prefill: the prompt length;
-    verify: accepted drafts + 1). The last valid hidden state predicted the pending token.
-    """
-
-    tokens: torch.Tensor
-    seq_len: torch.Tensor
-    hidden: torch.Tensor
-    pos0: torch.Tensor
-    n_valid: torch.Tensor
-    temperature: float = 0.0
-    generator: torch.Generator | None = None
-
-
-def choose(logits: torch.Tensor, ctx: StepContext):
-    """Draft token from draft logits [B, V]: argmax at T = 0, else a sample with its q [B, V]."""
-    if ctx.temperature == 0:
+def choose(logits: torch.Tensor, rows: Rows, u: torch.Tensor):
+    """A draft token per row from draft logits [B, V]: the argmax when every row is greedy, else a
+    draw from the row's own distribution (u [B]), returned with that distribution q [B, V]."""
+    if not rows.sampling:
         return logits.argmax(-1), None
-    q = (logits.float() / ctx.temperature).softmax(-1)
-    return torch.multinomial(q, 1, generator=ctx.generator).squeeze(1), q
+    q = rows.probs(logits.unsqueeze(1))[:, 0]
+    return sample(q, u), q
 
 
-def autoregress(logits: torch.Tensor, k: int, ctx: StepContext, step):
-    """k drafts, one at a time: choose from logits [B, V], then `step(i, draft)` gives the next logits.
-    Returns drafts [B, k] and their distributions [B, k, V] (None when greedy)."""
+def autoregress(logits: torch.Tensor, k: int, rows: Rows, u: torch.Tensor, step):
+    """k drafts, one at a time: choose from logits [B, V], then `step(i, draft)` gives the next
+    logits. Returns drafts [B, k] and their distributions [B, k, V] (None when greedy)."""
     drafts, qs = [], []
     for i in range(k):
-        d, q = choose(logits, ctx)
+        d, q = choose(logits, rows, u[:, i])
         drafts.append(d)
         qs.append(q)
         if i + 1 < k:
             logits = step(i, d)
-    return torch.stack(drafts, 1), None if qs[0] is None else torch.stack(qs, dim=1)
+    return torch.stack(drafts, 1), None if qs[0] is None else torch.stack(qs, 1)
 
 
-class CachedProposer:
-    """A proposer with its own KV cache: one per batch size, kept, because captured graphs point
-    at the cache tensors of the batch size they were captured for."""
-
-    def cache_for(self, model, decoder, batch: int) -> KVCache:
-        caches = self.__dict__.setdefault("_caches", {})
-        key = (batch, decoder.max_len)
-        if key not in caches:
-            caches[key] = KVCache.for_model(model, batch, decoder.max_len)
-        cache = caches[key]
-        cache.reset()
-        return cache
+def last_valid(hidden: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    """hidden [B, W, H] at each row's position count - 1 -> [B, H] (a row with count 0: position 0)."""
+    rows = torch.arange(hidden.shape[0], device=hidden.device)
+    return hidden[rows, (count - 1).clamp(min=0)]
 
 
 class Proposer:
     name = "proposer"
 
-    def setup(self, decoder, batch: int, k: int) -> None:
-        """Allocate state for a generate call (caches, graphs)."""
+    def setup(self, capacity: int, max_len: int, k: int, graphs: Graphs) -> None:
+        self.graphs = graphs
 
-    def prefill(self, ctx: StepContext) -> None:
-        """The target has read the prompt; ctx.hidden covers the prompt positions."""
+    def admit(self, rows: Rows, start: int, hidden: torch.Tensor) -> None:
+        pass
 
-    def propose(self, ctx: StepContext, k: int):
+    def propose(self, rows: Rows, k: int, u: torch.Tensor):
         raise NotImplementedError
 
+    def accepted(self, rows: Rows, hidden: torch.Tensor, count: torch.Tensor) -> None:
+        pass
 
-class FeatureDraftProposer(CachedProposer, Proposer):
-    """MTP layer or EAGLE head: a one-layer draft fed (hidden state, next token), applied k times.
 
-    Each step first *extends* the draft's own KV cache over the positions the target just
-    verified, using the target's hidden states (what the draft was trained on), then reads the
-    output at the last committed position; the remaining k-1 steps feed the draft its own output
-    state and proposed token, as SGLang's NEXTN and EAGLE workers do.
+class FeatureDraftProposer(Proposer):
+    """The MTP layer (SGLang's NEXTN) or the EAGLE head: one layer fed (hidden state, next token),
+    applied k times.
+
+    Each step first *extends* the layer's own KV cache over the positions the target just
+    committed, reading the target's hidden states (what the layer was trained on); its output at
+    the last of them gives the first draft. Drafts 2..k feed the layer its own output state and its
+    own proposed token, as SGLang's NEXTN and EAGLE workers do.
     """
 
     def __init__(self, module, target, name: str) -> None:
         self.module, self.target, self.name = module, target, name
 
-    def setup(self, decoder, batch, k):
-        self.decoder = decoder
-        self.cache = self.cache_for(self.module, decoder, batch)
+    def setup(self, capacity, max_len, k, graphs):
+        self.graphs = graphs
+        self.cache = KVCache.for_model(self.module, capacity, max_len)
+        self.cache.fixed_span = graphs.mode is not None
+        H, p = self.target.config.hidden_size, next(self.module.parameters())
+        self.fresh = torch.zeros(capacity, k + 1, H, device=p.device, dtype=p.dtype)  # target states not yet read
+        self.fresh_count = torch.zeros(capacity, dtype=torch.long, device=p.device)
 
-    def _step(self, hidden, ids, pos):
-        g = self.module(hidden, ids, pos, self.target.embed_tokens, self.cache, self.decoder.kv_len(pos))
+    def _step(self, cache, hidden, ids, pos):
+        g = self.module(hidden, ids, pos, self.target.embed_tokens, cache)  # [B, T, H]
         return g, self.target.lm_head(g)
 
-    def propose(self, ctx, k):
-        B, W, _ = ctx.hidden.shape
-        pos = ctx.pos0.unsqueeze(1) + torch.arange(W, device=ctx.pos0.device)  # [B, W]
-        nxt = (pos + 1).clamp(max=ctx.tokens.shape[1] - 1)
-        ids = ctx.tokens.gather(1, nxt)  # token after each position: x_{t+1}
-        step = self.decoder.graphed(f"{self.name}-extend", self._step, (ctx.hidden, ids, pos), eager=W != k + 1)
-        g, logits = step(ctx.hidden, ids, pos)
-        rows = torch.arange(B, device=pos.device)
-        last = ctx.n_valid - 1
-        g, logits = g[rows, last].unsqueeze(1), logits[rows, last]  # [B, 1, H], [B, V]
-        p = ctx.seq_len.unsqueeze(1) - 1  # position of the pending token, where the next draft step runs
+    def admit(self, rows, start, hidden):
+        n, W, _ = hidden.shape
+        cache = self.cache.rows(start, start + n)
+        cache.lengths.zero_()
+        lengths = rows.lengths[start:start + n]  # the prompts' lengths (the target committed them)
+        if W > 1:  # every prompt position but the last: (h_t, x_t+1), all known
+            pos = torch.arange(W - 1, device=hidden.device).expand(n, W - 1)
+            self._step(cache, hidden[:, :-1], rows.tokens[start:start + n, 1:W], pos)
+        cache.commit(lengths - 1, check=False)
+        self.fresh[start:start + n, 0] = last_valid(hidden, lengths)
+        self.fresh_count[start:start + n] = 1
 
-        def step(i, d):  # the draft reads its own output state and its own proposal
+    def propose(self, rows, k, u):
+        B = rows.tokens.shape[0]
+        cache, fresh, count = self.cache.rows(0, B), self.fresh[:B], self.fresh_count[:B]
+        pos = cache.positions(k + 1)  # [B, k+1]: where the fresh states sit
+        ids = rows.tokens.gather(1, (pos + 1).clamp(max=rows.tokens.shape[1] - 1))  # x_t+1 after each
+        g, logits = self.graphs("extend", lambda *a: self._step(cache, *a), fresh, ids, pos)
+        g, logits = last_valid(g, count).unsqueeze(1), last_valid(logits, count)  # [B, 1, H], [B, V]
+        cache.commit(count, check=False)
+        p = rows.lengths.unsqueeze(1)  # the pending token's position: draft 2 is computed there
+
+        def step(i, d):  # the layer reads its own output state and its own proposal
             nonlocal g
-            single = self.decoder.graphed(f"{self.name}-step", self._step, (g, d.unsqueeze(1), p + i))
-            g, out = single(g, d.unsqueeze(1), p + i)
+            g, out = self.graphs("draft", lambda *a: self._step(cache, *a), g, d.unsqueeze(1), p + i)
             return out[:, 0]
 
-        return autoregress(logits, k, ctx, step)
+        return autoregress(logits, k, rows, u, step)
 
-
-class MTPLayerProposer(FeatureDraftProposer):
-    def __init__(self, bundle):
-        if bundle.mtp is None:
-            raise ValueError(f"{bundle.name} has no MTP layer (model.mtp_layers.0.*)")
-        super().__init__(bundle.mtp, bundle.target, "mtp")
-
-
-class EagleProposer(FeatureDraftProposer):
-    def __init__(self, bundle):
-        if bundle.eagle is None:
-            raise ValueError(f"{bundle.name} has no EAGLE head")
-        super().__init__(bundle.eagle, bundle.target, "eagle")
+    def accepted(self, rows, hidden, count):
+        B = hidden.shape[0]
+        self.fresh[:B].copy_(hidden)
+        self.fresh_count[:B].copy_(count)
 
 
 class HeadsProposer(Proposer):
@@ -143,62 +133,68 @@ class HeadsProposer(Proposer):
 
     name = "heads"
 
-    def __init__(self, bundle):
-        if bundle.heads is None:
-            raise ValueError(f"{bundle.name} has no parallel MTP heads")
-        self.heads, self.target = bundle.heads, bundle.target
+    def __init__(self, heads, target) -> None:
+        self.heads, self.target = heads, target
 
-    def setup(self, decoder, batch, k):
+    def setup(self, capacity, max_len, k, graphs):
         if k > self.heads.num_heads:
             raise ValueError(f"k={k} but the model has only {self.heads.num_heads} parallel heads")
-        self.decoder = decoder
+        self.graphs = graphs
+        p = next(self.heads.parameters())
+        self.last = torch.zeros(capacity, self.heads.hidden_size, device=p.device, dtype=p.dtype)
 
-    def _logits(self, h):
-        return self.target.lm_head(self.heads(h))  # [B, k_heads, V]
+    def admit(self, rows, start, hidden):
+        n = hidden.shape[0]
+        self.last[start:start + n] = last_valid(hidden, rows.lengths[start:start + n])
 
-    def propose(self, ctx, k):
-        rows = torch.arange(ctx.hidden.shape[0], device=ctx.hidden.device)
-        h = ctx.hidden[rows, ctx.n_valid - 1]  # [B, H]
-        logits = self.decoder.graphed("heads", self._logits, (h,))(h)[:, :k]
-        drafts, qs = zip(*(choose(logits[:, i], ctx) for i in range(k)))
-        return torch.stack(drafts, 1), None if qs[0] is None else torch.stack(qs, dim=1)
+    def propose(self, rows, k, u):
+        h = self.last[: rows.tokens.shape[0]]
+        logits = self.graphs("heads", lambda x: self.target.lm_head(self.heads(x)), h)[:, :k]  # [B, k, V]
+        drafts, qs = zip(*(choose(logits[:, i], rows, u[:, i]) for i in range(k)))
+        return torch.stack(drafts, 1), None if qs[0] is None else torch.stack(qs, 1)
+
+    def accepted(self, rows, hidden, count):
+        self.last[: hidden.shape[0]].copy_(last_valid(hidden, count))
 
 
-class DraftModelProposer(CachedProposer, Proposer):
-    """A separate small LM with its own KV cache, run k times autoregressively."""
+class DraftModelProposer(Proposer):
+    """A separate small LM with its own KV cache, run k times autoregressively.
+
+    Its cache holds every committed position but the last, which each step rewrites together with
+    the pending token: when all k drafts were accepted, the k-th was never fed to the draft.
+    A fixed width of 2 keeps the step graphable.
+    """
 
     name = "draft"
 
-    def __init__(self, bundle):
-        if bundle.draft is None:
-            raise ValueError(f"{bundle.name} has no draft model")
-        self.draft = bundle.draft
+    def __init__(self, draft) -> None:
+        self.draft = draft
 
-    def setup(self, decoder, batch, k):
-        self.decoder = decoder
-        self.cache = self.cache_for(self.draft, decoder, batch)
+    def setup(self, capacity, max_len, k, graphs):
+        self.graphs = graphs
+        self.cache = KVCache.for_model(self.draft, capacity, max_len)
+        self.cache.fixed_span = graphs.mode is not None
 
-    def _forward(self, ids, pos):
-        return self.draft(ids, pos, self.cache, self.decoder.kv_len(pos))[0]
+    def admit(self, rows, start, hidden):
+        n, W, _ = hidden.shape
+        cache = self.cache.rows(start, start + n)
+        cache.lengths.zero_()
+        self.draft(rows.tokens[start:start + n, :W], torch.arange(W, device=hidden.device).expand(n, W), cache)
+        cache.commit(rows.lengths[start:start + n] - 1, check=False)
 
-    def prefill(self, ctx):
-        W = ctx.hidden.shape[1]
-        pos = torch.arange(W, device=ctx.tokens.device).expand(ctx.tokens.shape[0], W)
-        self._forward(ctx.tokens[:, :W], pos)
+    def propose(self, rows, k, u):
+        cache = self.cache.rows(0, rows.tokens.shape[0])
+        forward = lambda ids, pos: self.draft(ids, pos, cache)[0]  # noqa: E731
+        p = cache.positions(2)  # [B, 2]: the last committed position and the pending token's
+        logits = self.graphs("two", forward, rows.tokens.gather(1, p), p)[:, -1]
 
-    def propose(self, ctx, k):
-        # Feed the last two known tokens: the one before the pending token fills the slot the draft
-        # skipped when all k drafts were accepted (its k-th draft was never fed); otherwise it
-        # rewrites that slot with the same values. A fixed width of 2 keeps the step graphable.
-        p = ctx.seq_len.unsqueeze(1) - 2 + torch.arange(2, device=ctx.seq_len.device)  # [B, 2]
-        ids = ctx.tokens.gather(1, p)
-        logits = self.decoder.graphed("draft-2", self._forward, (ids, p))(ids, p)[:, -1]
+        def step(i, d):  # feed draft i + 1 at the position after the pending token + i
+            return self.graphs("one", forward, d.unsqueeze(1), p[:, 1:] + i + 1)[:, 0]
 
-        def step(i, d):  # feed draft i at the position after the last one
-            pos = p[:, 1:] + i + 1
-            return self.decoder.graphed("draft-1", self._forward, (d.unsqueeze(1), pos))(d.unsqueeze(1), pos)[:, 0]
+        return autoregress(logits, k, rows, u, step)
 
-        return autoregress(logits, k, ctx, step)
+    def accepted(self, rows, hidden, count):
+        self.cache.rows(0, count.shape[0]).commit(count, check=False)
 
 
 def ngram_lookup(history: np.ndarray, k: int, max_n: int = 3, min_n: int = 1) -> np.ndarray:
@@ -219,17 +215,17 @@ def ngram_lookup(history: np.ndarray, k: int, max_n: int = 3, min_n: int = 1) ->
 
 
 class NgramProposer(Proposer):
-    """n-gram prompt lookup over each row's own tokens: no model at all."""
+    """n-gram prompt lookup over each row's own tokens: no model at all (runs on the host)."""
 
     name = "ngram"
 
-    def __init__(self, bundle=None, max_n: int = 3, min_n: int = 1):
+    def __init__(self, max_n: int = 3, min_n: int = 1):
         self.max_n, self.min_n = max_n, min_n
 
-    def propose(self, ctx, k):
-        toks, lens = ctx.tokens.cpu().numpy(), ctx.seq_len.cpu().tolist()
-        out = np.stack([ngram_lookup(toks[b, :n], k, self.max_n, self.min_n) for b, n in enumerate(lens)])
-        return torch.as_tensor(out, device=ctx.tokens.device), None
+    def propose(self, rows, k, u):
+        toks, ends = rows.tokens.cpu().numpy(), (rows.lengths + 1).tolist()  # history up to the pending token
+        out = np.stack([ngram_lookup(toks[b, :n], k, self.max_n, self.min_n) for b, n in enumerate(ends)])
+        return torch.as_tensor(out, device=rows.tokens.device), None
 
 
 class OracleProposer(Proposer):
@@ -242,39 +238,34 @@ class OracleProposer(Proposer):
     def __init__(self, reference: torch.Tensor, alpha: float, vocab_size: int, seed: int = 0):
         if not 0 <= alpha <= 1:
             raise ValueError("oracle alpha must be in [0, 1]")
-        self.reference, self.alpha, self.vocab_size = reference, alpha, vocab_size
-        self.seed = seed
+        self.reference, self.alpha, self.vocab_size, self.seed = reference, alpha, vocab_size, seed
 
     @classmethod
     def from_continuations(cls, prompts: list[list[int]], continuations: list[list[int]], alpha: float,
                            vocab_size: int, seed: int = 0, length: int = 4096) -> "OracleProposer":
-        """Build the reference [B, S] by absolute position from prompts and a plain run's tokens."""
+        """The reference [B, S] by absolute position, from the prompts and a plain run's tokens."""
         ref = torch.zeros(len(prompts), length, dtype=torch.long)
         for b, (p, c) in enumerate(zip(prompts, continuations)):
             seq = (list(p) + list(c))[:length]
             ref[b, : len(seq)] = torch.tensor(seq)
         return cls(ref, alpha, vocab_size, seed)
 
-    def setup(self, decoder, batch, k):
-        if self.reference.shape[0] != batch:
-            raise ValueError("the oracle's reference has a different batch size")
-        self.reference = self.reference.to(decoder.device)
-        self.gen = torch.Generator(device=decoder.device).manual_seed(self.seed)
+    def setup(self, capacity, max_len, k, graphs):
+        if self.reference.shape[0] > capacity:
+            raise ValueError(f"the oracle's reference has {self.reference.shape[0]} rows, more than the "
+                             f"engine's {capacity}")
+        self.graphs, self.gen = graphs, None
+        padded = torch.zeros(capacity, self.reference.shape[1], dtype=torch.long)  # free rows ride along
+        padded[: self.reference.shape[0]] = self.reference
+        self.reference = padded
 
-    def propose(self, ctx, k):
-        idx = (ctx.seq_len.unsqueeze(1) + torch.arange(k, device=ctx.seq_len.device)).clamp(max=self.reference.shape[1] - 1)
-        right = self.reference.gather(1, idx)
-        u = torch.rand(right.shape, device=right.device, generator=self.gen)
-        shift = torch.randint(1, self.vocab_size, right.shape, device=right.device, generator=self.gen)
-        wrong = (right + shift) % self.vocab_size  # never equal to the right token
-        return torch.where(u < self.alpha, right, wrong), None
-
-
-PROPOSERS = {"mtp": MTPLayerProposer, "heads": HeadsProposer, "draft": DraftModelProposer,
-             "eagle": EagleProposer, "ngram": NgramProposer}
-
-
-def make_proposer(method: str, bundle) -> Proposer:
-    if method not in PROPOSERS:
-        raise ValueError(f"unknown method {method!r}; choose from ar, {', '.join(PROPOSERS)}")
-    return PROPOSERS[method](bundle)
+    def propose(self, rows, k, u):
+        B, dev = rows.tokens.shape[0], rows.tokens.device
+        if self.gen is None:  # on the rows' device, seeded once
+            self.reference = self.reference.to(dev)
+            self.gen = torch.Generator(device=dev).manual_seed(self.seed)
+        idx = rows.lengths.unsqueeze(1) + 1 + torch.arange(k, device=dev)  # the tokens after the pending one
+        right = self.reference[:B].gather(1, idx.clamp(max=self.reference.shape[1] - 1))
+        coin = torch.rand(right.shape, device=dev, generator=self.gen)
+        shift = torch.randint(1, self.vocab_size, right.shape, device=dev, generator=self.gen)
+        return torch.where(coin < self.alpha, right, (right + shift) % self.vocab_size), None  # wrong != right

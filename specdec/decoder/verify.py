@@ -1,58 +1,80 @@
-"""Verification of a block of k drafts for a batch of rows, in torch (Lab 2).
+"""Lab 1's verification rules, batched in torch: what the decoder samples and accepts (Lab 2).
 
-The Lab 1 rules (specdec.sim.verify), batched: row b proposed draft [b, :k]; the target scored the
-k+1 positions (pending token, d_1..d_k) and its logits [b, j] predict the token after position j.
-Each row accepts a prefix of its drafts (ragged across rows) and gets one more token from the
-target: a correction after a rejection, or the bonus token when all k were accepted.
+specdec.sim.verify is the numpy reference these are tested against. Each row has its own
+temperature (0 = greedy), top-p and top-k. Randomness comes in as uniform numbers u in [0, 1)
+drawn by the caller: a row's tokens then depend only on its own draws, and a step can run inside
+a CUDA graph. Greedy is the temperature-0 case of the same rules: p is one-hot on the argmax,
+a draft is accepted when it is that token, and sampling a one-hot distribution returns it.
+Shapes: B rows, T positions, k drafts, V vocabulary.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 
-def greedy_accept(draft: torch.Tensor, target_logits: torch.Tensor):
-    """draft [B, k], target_logits [B, k+1, V] -> accept_length [B], next_token [B]."""
-    t = target_logits.argmax(-1)  # [B, k+1]
-    match = (draft == t[:, :-1]).int()
-    accept_length = match.cumprod(1).sum(1)  # leading matches
-    next_token = t.gather(1, accept_length.unsqueeze(1)).squeeze(1)
-    return accept_length, next_token
+def truncate(probs: torch.Tensor, top_p: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
+    """Keep each row's top_k most likely tokens (0 = all) and the smallest set whose mass reaches
+    top_p; renormalise. probs [B, T, V], top_p [B], top_k [B] -> [B, T, V]."""
+    sorted_p, order = probs.sort(-1, descending=True)
+    mass_before = sorted_p.cumsum(-1) - sorted_p  # mass of the tokens more likely than this one
+    rank = torch.arange(probs.shape[-1], device=probs.device)
+    keep = (mass_before < top_p.view(-1, 1, 1)) | (top_p.view(-1, 1, 1) >= 1)  # float sums may pass 1
+    keep &= (top_k.view(-1, 1, 1) <= 0) | (rank < top_k.view(-1, 1, 1))
+    kept = torch.zeros_like(probs).scatter(-1, order, sorted_p * keep)
+    return kept / kept.sum(-1, keepdim=True)
 
 
-def sample_accept(draft: torch.Tensor, q_probs: torch.Tensor | None, target_logits: torch.Tensor,
-                  temperature: float, generator: torch.Generator | None = None):
-    """Speculative sampling: accept d_j with prob min(1, p(d_j)/q(d_j)), left to right; after the
-    first rejection sample the normalised residual max(0, p - q); after k acceptances a bonus from p.
+def token_probs(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor | None = None,
+                top_k: torch.Tensor | None = None) -> torch.Tensor:
+    """The distribution each row samples from: logits [B, T, V], temperature [B] -> probs [B, T, V].
+    A greedy row (temperature 0) gets a one-hot distribution on its argmax."""
+    greedy = (temperature == 0).view(-1, 1, 1)
+    t = torch.where(temperature == 0, 1.0, temperature).view(-1, 1, 1)
+    probs = (logits.float() / t).softmax(-1)
+    if top_p is not None:
+        probs = truncate(probs, top_p, top_k)
+    one_hot = F.one_hot(logits.argmax(-1), logits.shape[-1]).to(probs.dtype)
+    return torch.where(greedy, one_hot, probs)
 
-    q_probs [B, k, V] are the distributions the drafts were sampled from; None means the proposer
-    is deterministic (n-gram, oracle, greedy drafts): q is one-hot on the draft token.
+
+def sample(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """One token from each distribution probs [..., V] given u [...] in [0, 1): the inverse CDF,
+    as Lab 1's sample_categorical. Zero-probability tokens are never chosen."""
+    cdf = probs.cumsum(-1)
+    idx = (cdf <= u.unsqueeze(-1) * cdf[..., -1:]).sum(-1)
+    return idx.clamp(max=probs.shape[-1] - 1)
+
+
+def accept(drafts: torch.Tensor, q: torch.Tensor | None, p: torch.Tensor, u: torch.Tensor):
+    """Speculative sampling of one block per row, all rows at once.
+
+    drafts [B, k]; q [B, k, V] the distributions they were drawn from (None: deterministic drafts,
+    q one-hot on each); p [B, k+1, V] the target's distributions at the block's positions;
+    u [B, k+1] uniforms. Accept d_j while u_j q(d_j) < p(d_j); after the first rejection sample the
+    normalised residual max(0, p - q) there; after k acceptances, a bonus token from p_k.
+    Returns accept_length [B] and next_token [B].
     """
-    B, k = draft.shape
-    p = (target_logits.float() / temperature).softmax(-1)  # [B, k+1, V]
-    p_draft = p[:, :k].gather(-1, draft.unsqueeze(-1)).squeeze(-1)  # [B, k]
-    q_draft = torch.ones_like(p_draft) if q_probs is None else q_probs.gather(-1, draft.unsqueeze(-1)).squeeze(-1)
-    u = torch.rand(B, k, device=draft.device, generator=generator)
-    accepted = (u * q_draft < p_draft).int()  # u < p/q, without dividing by q
-    accept_length = accepted.cumprod(1).sum(1)
-    rows = torch.arange(B, device=draft.device)
-    p_next = p[rows, accept_length]  # [B, V]: target row of the first rejected (or the bonus) position
+    B, k = drafts.shape
+    p_draft = p[:, :k].gather(-1, drafts.unsqueeze(-1)).squeeze(-1)  # [B, k]
+    q_draft = torch.ones_like(p_draft) if q is None else q.gather(-1, drafts.unsqueeze(-1)).squeeze(-1)
+    accepted = (u[:, :k] * q_draft < p_draft).int()  # u < p/q, without dividing by q
+    accept_length = accepted.cumprod(1).sum(1)  # the leading run of acceptances
+    rows = torch.arange(B, device=drafts.device)
+    p_next = p[rows, accept_length]  # [B, V]: the target at the first rejected (or the bonus) position
     j = accept_length.clamp(max=k - 1)
-    if q_probs is None:
-        q_next = torch.nn.functional.one_hot(draft[rows, j], p.shape[-1]).to(p.dtype)
-    else:
-        q_next = q_probs[rows, j].float()
+    q_next = F.one_hot(drafts[rows, j], p.shape[-1]).to(p.dtype) if q is None else q[rows, j].to(p.dtype)
     residual = (p_next - q_next).clamp_min(0.0)
     dist = torch.where((accept_length < k).unsqueeze(1), residual, p_next)
-    mass = dist.sum(-1, keepdim=True)
-    dist = torch.where(mass > 0, dist / mass.clamp_min(1e-30), p_next)  # p == q: never rejected, p is fine
-    next_token = torch.multinomial(dist, 1, generator=generator).squeeze(1)
-    return accept_length, next_token
+    # p == q leaves no residual, but then nothing is ever rejected: p is as good as anything there
+    dist = torch.where(dist.sum(-1, keepdim=True) > 0, dist, p_next)
+    return accept_length, sample(dist, u[:, k])
 
 
-def sample_tokens(logits: torch.Tensor, temperature: float, generator: torch.Generator | None = None):
-    """Plain decoding's choice: argmax at temperature 0, else a sample from softmax(logits / T)."""
-    if temperature == 0:
-        return logits.argmax(-1)
-    probs = (logits.float() / temperature).softmax(-1)
-    return torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, generator=generator).view(probs.shape[:-1])
+def greedy_accept(drafts: torch.Tensor, target_logits: torch.Tensor):
+    """Greedy verification, the temperature-0 case of `accept`: drafts [B, k], target_logits
+    [B, k+1, V] -> accept_length [B] (leading drafts equal to the argmax), next_token [B]."""
+    B, k = drafts.shape
+    greedy = torch.zeros(B, device=drafts.device)
+    return accept(drafts, None, token_probs(target_logits, greedy), torch.zeros(B, k + 1, device=drafts.device))

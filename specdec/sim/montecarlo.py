@@ -238,7 +238,7 @@ def run_markov(
         p_rows = lang.target[contexts]
         if mode == "greedy":
             target_argmax = p_rows.argmax(-1)
-            lengths = np.cumprod(drafts == target_argmax[:, :k], 1).sum(1)
+            lengths = verify.greedy_verify_batch(drafts, target_argmax)
             emitted = np.where(np.arange(k + 1) <= lengths[:, None], target_argmax, -1)
         else:
             lengths, emitted = verify.speculative_sample_batch(

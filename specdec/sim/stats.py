@@ -47,29 +47,38 @@ def accept_length_histogram(accept_lengths: ArrayLike, k: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class AcceptanceStats:
-    """Summary of a run of verify steps, k drafts proposed per step."""
+    """Summary of a run of verify steps, k drafts proposed per step (fewer where given)."""
 
     k: int
     steps: int
     accepted: int  # accepted drafts, all steps
+    proposed: int  # drafts the target judged, all steps
     tau: float  # tokens per verify step = accepted / steps + 1
     tau_stderr: float  # standard error of tau
-    acceptance_rate: float  # accepted / (k * steps)
-    by_position: np.ndarray  # (k,) P(draft i accepted), i = 1..k
+    acceptance_rate: float  # accepted / proposed
+    by_position: np.ndarray  # (k,) P(draft i accepted | it was proposed), i = 1..k
     histogram: np.ndarray  # (k+1,) steps with 0..k drafts accepted
 
     @classmethod
-    def from_accept_lengths(cls, accept_lengths: ArrayLike, k: int) -> "AcceptanceStats":
+    def from_accept_lengths(cls, accept_lengths: ArrayLike, k: int, proposed: ArrayLike | None = None) -> "AcceptanceStats":
+        """`proposed`: drafts judged at each step, when some steps proposed fewer than k (a row's
+        last step, cut at its budget, needs fewer: the drafts past it were never candidates)."""
         a = _check_lengths(accept_lengths, k)
         n = a.size
+        prop = np.full(n, k) if proposed is None else np.asarray(proposed).ravel().astype(np.int64)
+        if prop.shape != a.shape or (prop > k).any() or (a > prop).any():
+            raise ValueError("proposed needs one count per step, with accepted <= proposed <= k")
+        positions = np.arange(1, k + 1)
+        asked = (prop[:, None] >= positions).sum(0)
         return cls(
             k=int(k),
             steps=n,
             accepted=int(a.sum()),
+            proposed=int(prop.sum()),
             tau=float(a.mean() + 1),
             tau_stderr=float(a.std(ddof=1) / np.sqrt(n)) if n > 1 else float("nan"),
-            acceptance_rate=float(a.sum() / (k * n)),
-            by_position=acceptance_by_position(a, k),
+            acceptance_rate=float(a.sum() / prop.sum()) if prop.sum() else float("nan"),
+            by_position=np.where(asked > 0, (a[:, None] >= positions).sum(0) / np.maximum(asked, 1), np.nan),
             histogram=accept_length_histogram(a, k),
         )
 
@@ -84,6 +93,7 @@ class AcceptanceStats:
             "steps": self.steps,
             "tokens": self.tokens,
             "accepted": self.accepted,
+            "proposed": self.proposed,
             "tau": self.tau,
             "tau_stderr": self.tau_stderr,
             "acceptance_rate": self.acceptance_rate,

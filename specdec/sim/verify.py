@@ -12,14 +12,19 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 
+def greedy_verify_batch(draft_tokens: ArrayLike, target_argmax: ArrayLike) -> np.ndarray:
+    """accept_lengths (n,): per row, how many leading drafts (n, k) equal the target's argmax at their
+    position (n, >= k); a match after a mismatch does not count."""
+    d, t = np.atleast_2d(draft_tokens), np.atleast_2d(target_argmax)
+    k = d.shape[1]
+    if t.shape[1] < k:
+        raise ValueError(f"need a target argmax for each of the {k} draft positions, got {t.shape[1]}")
+    return np.cumprod(d == t[:, :k], axis=1).sum(1)
+
+
 def greedy_verify(draft_tokens: ArrayLike, target_argmax: ArrayLike) -> int:
     """accept_length: how many leading draft tokens equal the target's argmax at their position."""
-    d = np.asarray(draft_tokens).ravel()
-    t = np.asarray(target_argmax).ravel()
-    if len(t) < len(d):
-        raise ValueError(f"need a target argmax for each of the {len(d)} draft positions, got {len(t)}")
-    match = d == t[: len(d)]
-    return int(np.cumprod(match).sum())
+    return int(greedy_verify_batch(np.ravel(draft_tokens)[None], np.ravel(target_argmax)[None])[0])
 
 
 def residual_distribution(p: ArrayLike, q: ArrayLike) -> np.ndarray:
@@ -67,12 +72,11 @@ def speculative_sample(
     k = len(draft_tokens)
     if p_rows.shape[0] != k + 1 or q_rows.shape[0] != k:
         raise ValueError(f"k={k} drafts need k+1 target rows and k draft rows, got {p_rows.shape}, {q_rows.shape}")
-    for i, x in enumerate(draft_tokens):
-        if not accept_reject_step(x, p_rows[i], q_rows[i], rng.random()):
-            fix = sample_categorical(residual_distribution(p_rows[i], q_rows[i]), rng)
-            return i, np.append(draft_tokens[:i], fix)
-    bonus = sample_categorical(p_rows[k], rng)  # all k accepted: the target's k+1-th row is free
-    return k, np.append(draft_tokens, bonus)
+    if np.any(q_rows[np.arange(k), draft_tokens] <= 0):
+        raise ValueError("a draft token has q = 0: the draft cannot have proposed it")
+    lengths, emitted = speculative_sample_batch(p_rows[None], q_rows[None], draft_tokens[None], rng)
+    n = int(lengths[0])
+    return n, emitted[0, : n + 1]
 
 
 def speculative_sample_batch(

@@ -25,13 +25,14 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from specdec.decoder.bundle import ModelNotFound, load_bundle
-from specdec.decoder.engine import Decoder
+from specdec.decoder.engine import METHODS as ALL_METHODS
+from specdec.decoder.engine import Engine
 from specdec.zoo import report
 from specdec.zoo.corpus import CATEGORIES, build_corpus
 from specdec.zoo.recipes import RECIPES
 from specdec.zoo.registry import PACKAGE_DIR, REQUIRED_FILES, ZooError, read_meta, rebuild_hint
 
-METHODS = ("mtp", "heads", "draft", "eagle", "ngram")
+METHODS = tuple(m for m in ALL_METHODS if m != "ar")  # the proposers
 KS = (1, 2, 3, 4)
 PROMPT_TOKENS = 48  # code and prose prompt windows
 PREDICTABLE_PROMPT_TOKENS = 16  # at most; never more than half a predictable document
@@ -243,7 +244,17 @@ def evaluate_zoo(root: Path, prompts: int = 8, new_tokens: int = 48, write: bool
     docs = tokenized_heldout(tok, corpus)
     cat_prompts = category_prompts(docs, prompts, new_tokens, eos)
     py_prompts = toplevel_prompts(tok, corpus.heldout["code"], prompts)
-    dec = Decoder(bundle, cuda_graphs="off")
+    sample_ids = line_prompt(tok, SAMPLE_TEXT, SAMPLE_LINES)
+    engines: dict[tuple, Engine] = {}
+    longest = max(len(p) for ps in [*cat_prompts.values(), py_prompts, [sample_ids]] for p in ps)
+    max_len = longest + max(new_tokens, SAMPLE_TOKENS, 64) + max(KS) + 2
+
+    def generate(prompts, method, k=1, max_new_tokens=new_tokens):
+        """All prompts in one batch, on an engine sized for them (kept for the next category)."""
+        key = (method, k, len(prompts))
+        if key not in engines:
+            engines[key] = Engine(bundle, method, k=k, max_batch=len(prompts), max_len=max_len, cuda_graphs="off")
+        return engines[key].generate(prompts, max_new_tokens=max_new_tokens)
 
     total = 2 * len(CATEGORIES) + len(CATEGORIES) * (1 + len(METHODS) * len(KS)) + 2
     bar = tqdm(total=total, desc="zoo eval", mininterval=1.0)
@@ -257,20 +268,19 @@ def evaluate_zoo(root: Path, prompts: int = 8, new_tokens: int = 48, write: bool
             bar.update()
     acceptance: dict[str, dict] = {m: {} for m in METHODS}
     for c in CATEGORIES:
-        plain = dec.generate(cat_prompts[c], "ar", max_new_tokens=new_tokens)
+        plain = generate(cat_prompts[c], "ar")
         bar.update()
         for m in METHODS:
             acceptance[m][c] = []
             for k in KS:
                 bar.set_postfix_str(f"{c} {m} k={k}")
-                res = dec.generate(cat_prompts[c], m, k=k, max_new_tokens=new_tokens)
+                res = generate(cat_prompts[c], m, k)
                 acceptance[m][c].append(acceptance_row(res, plain, k))
                 bar.update()
-    sample_ids = line_prompt(tok, SAMPLE_TEXT, SAMPLE_LINES)
-    sample = dec.generate([sample_ids], "ar", max_new_tokens=SAMPLE_TOKENS)
+    sample = generate([sample_ids], "ar", max_new_tokens=SAMPLE_TOKENS)
     sample_text = tok.decode(sample_ids + sample.tokens[0])
     bar.update()
-    py_res = dec.generate(py_prompts, "ar", max_new_tokens=64)
+    py_res = generate(py_prompts, "ar", max_new_tokens=64)
     valid = [valid_python_so_far(tok.decode(p + t)) for p, t in zip(py_prompts, py_res.tokens)]
     bar.update()
     bar.close()

@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 
 from specdec.decoder.bundle import ModelBundle
 from specdec.decoder.draft_modules import EagleHead, MTPHeads, MTPLayer
-from specdec.decoder.engine import Decoder
+from specdec.decoder.engine import Engine
 from specdec.decoder.model import Transformer
 
 
@@ -222,12 +222,12 @@ def generate_self_data(target: Transformer, stream: torch.Tensor, n_seqs: int, p
 
     target.to(device).eval()
     bundle = ModelBundle(name="self-distillation", target=target, tokenizer=None)
-    dec = Decoder(bundle, cuda_graphs="auto", max_len=prompt_len + new_tokens + 4)
+    dec = Engine(bundle, "ar", max_batch=batch, max_len=prompt_len + new_tokens + 4)
     gen = torch.Generator().manual_seed(seed + 3)
     out = []
     for _ in tqdm(range(0, n_seqs, batch), desc="generate self-distillation data", disable=not progress):
         prompts = sample_batch(stream, batch, prompt_len - 1, gen)
-        r = dec.generate(prompts.tolist(), "ar", max_new_tokens=new_tokens, stop_at_eos=False)
+        r = dec.generate(prompts.tolist(), max_new_tokens=new_tokens, stop_at_eos=False)
         out.append(torch.cat([prompts, torch.tensor(r.tokens)], 1))
     return torch.cat(out)[:n_seqs].cpu()
 

@@ -1,0 +1,70 @@
+"""`specdec serve`: the Lab 2 engine behind SGLang's HTTP API (Lab 3 on a laptop)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+from specdec.cli.common import UsageError
+from specdec.decoder.engine import Engine
+from specdec.serving.scheduler import Scheduler
+from specdec.serving.server import ServerArgs, bind, describe, run, warm_up
+from specdec.zoo import ModelNotFound, load_bundle
+
+# SGLang's names for the algorithms this server runs too (NEXTN is the target's own MTP layer).
+SGLANG_NAMES = {"none": "ar", "nextn": "mtp", "mtp": "mtp", "eagle": "eagle", "standalone": "draft", "draft": "draft",
+                "ngram": "ngram", "heads": "heads"}
+PARTS = {"mtp": ("mtp",), "eagle": ("eagle",), "draft": ("draft",), "heads": ("heads",)}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", "--model-path", dest="model", default="tiny",
+                   help="zoo name, local Hugging Face directory, or hub id (online)")
+    p.add_argument("--speculative-algorithm", default="none", type=str.lower, choices=sorted(SGLANG_NAMES),
+                   help="none, mtp (NEXTN: the target's MTP layer), eagle, draft (STANDALONE), ngram, heads")
+    p.add_argument("--k", "--speculative-num-steps", dest="k", type=int, default=4, help="drafts per step")
+    p.add_argument("--draft", "--speculative-draft-model-path", dest="draft", default=None,
+                   help="draft model for --speculative-algorithm draft, when the model has none beside it")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=30000, help="port (0: any free port; default 30000, as SGLang)")
+    p.add_argument("--max-running-requests", type=int, default=8, help="rows of the running batch; more wait")
+    p.add_argument("--context-length", type=int, default=None, help="prompt + output tokens per request")
+    p.add_argument("--api-key", default=None, help="every endpoint but /health then needs `Authorization: Bearer KEY`")
+    p.add_argument("--served-model-name", default=None)
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
+                   help="default: float32 on CPU, bfloat16 on CUDA")
+    p.add_argument("--cuda-graphs", default="auto", choices=["auto", "on", "off"])
+
+
+def main(args: argparse.Namespace) -> int:
+    method = SGLANG_NAMES[args.speculative_algorithm]
+    if args.k < 1 or args.max_running_requests < 1:
+        raise UsageError("--k and --max-running-requests must be >= 1")
+    if not 0 <= args.port < 65536:
+        raise UsageError(f"--port must be in 0..65535, got {args.port}")
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = getattr(torch, args.dtype or ("bfloat16" if device.startswith("cuda") else "float32"))
+    try:
+        bundle = load_bundle(args.model, PARTS.get(method, ()), device=device, dtype=dtype, draft=args.draft)
+        engine = Engine(bundle, method, k=args.k, max_batch=args.max_running_requests, max_len=args.context_length,
+                        cuda_graphs=args.cuda_graphs)
+        sock = bind(args.host, args.port)
+    except (ModelNotFound, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+    warm_up(engine)
+    port = sock.getsockname()[1]
+    server_args = ServerArgs(model_path=str(bundle.paths["target"]), served_model_name=args.served_model_name or args.model,
+                             speculative_algorithm=None if method == "ar" else method,
+                             speculative_num_steps=None if method == "ar" else args.k, host=args.host, port=port,
+                             max_running_requests=args.max_running_requests, context_length=engine.max_len,
+                             api_key_set=bool(args.api_key), device=device, dtype=str(dtype).removeprefix("torch."))
+    print(f"specdec serve: {args.model}, {describe(engine)}", flush=True)
+    print(f"specdec serve: listening on http://{args.host}:{port}", flush=True)
+    run(Scheduler(engine, bundle.tokenizer), server_args, sock, args.api_key)
+    print("specdec serve: stopped", file=sys.stderr, flush=True)
+    return 0

@@ -1,0 +1,105 @@
+"""One decoding step for a batch of rows: plain, or verify-and-commit of k drafts.
+
+Follow one token: the engine admits a prompt into a free row (engine.py: the target reads it and
+samples the first token, the *pending* one); a speculative step has the proposer guess k tokens
+(proposers.py), then `verify` here feeds [pending, d1..dk] to the target in one forward that
+writes their keys and values provisionally (model.py, kv_cache.py), `accept` keeps the leading
+drafts the target agrees with plus one token of its own (verify.py), and `commit` moves the row's
+cache length over what was kept: the rest of the block is rolled back by not counting it.
+Shapes: B rows, k drafts, S token slots, E stop ids, V vocabulary, H hidden.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+
+from specdec.decoder.kv_cache import KVCache
+from specdec.decoder.verify import accept, sample, token_probs
+
+
+@dataclass
+class Rows:
+    """The per-row state of a batch, in fixed tensors that a step updates in place.
+
+    `lengths` is the target KV cache's own tensor of committed lengths (the same tensor, not a
+    copy); a row's pending token, emitted but not yet in the cache, is tokens[b, lengths[b]].
+    Finished and free rows have done = True and ride along in the fixed shape without advancing.
+    """
+
+    tokens: torch.Tensor  # [B, S] prompt and generated tokens
+    lengths: torch.Tensor  # [B] committed positions = the target cache's lengths
+    n_new: torch.Tensor  # [B] tokens generated so far
+    max_new: torch.Tensor  # [B] the row's budget of new tokens
+    done: torch.Tensor  # [B] bool
+    temperature: torch.Tensor  # [B] 0 = greedy
+    top_p: torch.Tensor  # [B] 1 = no limit
+    top_k: torch.Tensor  # [B] 0 = no limit
+    eos: torch.Tensor  # [B, E] ids that end the row, -1 for none
+    sampling: bool = False  # some row has temperature > 0 (decided on the host: no sync)
+    truncating: bool = False  # some row has top_p < 1 or top_k > 0
+
+    @classmethod
+    def empty(cls, cache: KVCache, slots: int, n_eos: int) -> "Rows":
+        B, dev = cache.batch, cache.lengths.device
+        z = lambda dtype=torch.long: torch.zeros(B, dtype=dtype, device=dev)  # noqa: E731
+        return cls(torch.zeros(B, slots, dtype=torch.long, device=dev), cache.lengths, z(), z(),
+                   torch.ones(B, dtype=torch.bool, device=dev), z(torch.float32), torch.ones(B, device=dev), z(),
+                   torch.full((B, max(1, n_eos)), -1, dtype=torch.long, device=dev))
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        return tuple(getattr(self, f.name) for f in fields(self) if isinstance(getattr(self, f.name), torch.Tensor))
+
+    def view(self, start: int, stop: int) -> "Rows":
+        """Rows start..stop-1, sharing memory with these."""
+        return Rows(*(t[start:stop] for t in self.tensors()), sampling=self.sampling, truncating=self.truncating)
+
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """What each row samples from at each position: logits [B, T, V] -> probs [B, T, V]."""
+        if self.truncating:
+            return token_probs(logits, self.temperature, self.top_p, self.top_k)
+        return token_probs(logits, self.temperature)
+
+
+def commit(rows: Rows, cache: KVCache, emitted: torch.Tensor, n_emitted: torch.Tensor) -> torch.Tensor:
+    """Keep each running row's first n_emitted [B] tokens of emitted [B, W] (fewer at a stop id or
+    at its budget): write them after the pending token and move the cache length over the slots
+    they follow. Returns count [B], the tokens kept (0 for a finished or free row)."""
+    W = emitted.shape[1]
+    j = torch.arange(W, device=emitted.device)
+    is_stop = (emitted.unsqueeze(-1) == rows.eos.unsqueeze(1)).any(-1) & (j < n_emitted.unsqueeze(1))  # [B, W]
+    first_stop = torch.where(is_stop.any(1), is_stop.int().argmax(1), W)
+    count = torch.minimum(torch.minimum(n_emitted, first_stop + 1), rows.max_new - rows.n_new)
+    count = torch.where(rows.done, 0, count)
+    keep = j < count.unsqueeze(1)
+    idx = (rows.lengths + 1).unsqueeze(1) + j  # [B, W]: the slots after the pending token
+    rows.tokens.scatter_(1, idx, torch.where(keep, emitted, rows.tokens.gather(1, idx)))
+    cache.commit(count, check=False)  # the pending token and the accepted drafts; sized up front
+    rows.n_new += count
+    rows.done |= (is_stop & keep).any(1) | (rows.n_new >= rows.max_new)
+    return count
+
+
+def plain_step(target, cache: KVCache, rows: Rows, u: torch.Tensor):
+    """Plain decoding: the target reads each row's pending token and samples the next, u [B].
+    Returns emitted [B, 1] and count [B]."""
+    pos = rows.lengths.unsqueeze(1)  # [B, 1]: the pending token's position
+    logits, _ = target(rows.tokens.gather(1, pos), pos, cache)  # writes its key and value
+    emitted = sample(rows.probs(logits)[:, 0], u).unsqueeze(1)
+    return emitted, commit(rows, cache, emitted, torch.ones_like(rows.n_new))
+
+
+def verify(target, cache: KVCache, rows: Rows, drafts: torch.Tensor, q: torch.Tensor | None, u: torch.Tensor):
+    """Verify drafts [B, k] (drawn from q [B, k, V], or deterministic: None) in one target forward
+    over [pending, d1..dk] at each row's next k+1 positions, then commit; u [B, k+1].
+    Returns emitted [B, k+1], count [B], accept_length [B] and the target's hidden [B, k+1, H]."""
+    k = drafts.shape[1]
+    pos = cache.positions(k + 1)  # [B, k+1]
+    block = torch.cat([rows.tokens.gather(1, pos[:, :1]), drafts], 1)
+    logits, hidden = target(block, pos, cache)  # provisional writes: lengths do not move
+    accept_length, next_token = accept(drafts, q, rows.probs(logits), u)
+    # the accepted drafts, then the target's own token (a correction, or the bonus after k)
+    emitted = torch.cat([drafts, next_token.unsqueeze(1)], 1).scatter(1, accept_length.unsqueeze(1),
+                                                                      next_token.unsqueeze(1))
+    return emitted, commit(rows, cache, emitted, accept_length + 1), accept_length, hidden

@@ -1,0 +1,240 @@
+"""Continuous batching: one thread owns the engine and runs its loop; requests join and leave the
+running batch between steps, as in SGLang and vLLM.
+
+HTTP handlers never touch the model. They `submit` a Request and read its Handle's events; the
+loop admits waiting requests into free rows (up to the engine's max_batch), steps every running
+row, hands each request the tokens its row kept, and retires a row the moment its request ends
+(EOS, its budget, a stop string, or the caller leaving).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+import threading
+import time
+from dataclasses import dataclass, field
+
+from specdec.decoder.engine import Engine, RowUpdate, SamplingParams
+
+STEP_WINDOW = 40  # steps in a "recent" gauge (SGLang's default --decode-log-interval)
+
+
+@dataclass
+class Request:
+    prompt_ids: list[int]
+    params: SamplingParams
+    stop: tuple[str, ...] = ()  # stop strings: the output ends before the first one
+    trace: bool = False  # keep each step's drafts and accepted count (the notebook colours them)
+    rid: str = ""
+    arrived: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class Progress:
+    """What a request has so far; the scheduler sends a copy after each step that touched it."""
+
+    output_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    verify_ct: int = 0  # verify steps of this request
+    accepted: list[int] = field(default_factory=list)  # accepted drafts at each verify step
+    trace: list[dict] = field(default_factory=list)
+    finish_reason: dict | None = None  # {"type": "length"|"stop"|"abort", ...} when done
+    first_token_at: float | None = None
+    finished_at: float | None = None
+    new_tokens: int = 0  # how many of output_ids arrived with this event
+
+
+class Handle:
+    """The caller's side of one request: events arrive in order on an asyncio queue."""
+
+    def __init__(self, request: Request, scheduler: "Scheduler", loop: asyncio.AbstractEventLoop):
+        self.request, self.scheduler, self.loop = request, scheduler, loop
+        self.events: asyncio.Queue = asyncio.Queue()
+        self.done = False
+
+    def push(self, event) -> None:  # from the scheduler's thread
+        self.loop.call_soon_threadsafe(self.events.put_nowait, event)
+
+    def cancel(self) -> None:
+        """The caller left: free the row (or drop the waiting request)."""
+        if not self.done:
+            self.scheduler.cancel(self)
+
+
+class Scheduler:
+    def __init__(self, engine: Engine, tokenizer):
+        self.engine, self.tokenizer = engine, tokenizer
+        self.waiting: collections.deque[Handle] = collections.deque()
+        self.rows: dict[int, tuple[Handle, Progress]] = {}  # engine slot -> request
+        self.cancelled: set[int] = set()  # id(handle)
+        self.cv = threading.Condition()
+        self.stopping = False
+        self.ids = itertools.count()
+        self.counters = collections.Counter()  # monotonic: prompt/generation tokens, verify steps, requests
+        self.since_flush = collections.Counter()  # verify steps and their tokens, for the average accept length
+        self.recent: collections.deque = collections.deque(maxlen=STEP_WINDOW)  # (s, tokens, verify steps, their tokens)
+        self.step_times: dict[int, collections.deque] = {}  # running rows -> recent step seconds
+        self.thread = threading.Thread(target=self._loop, name="specdec-engine", daemon=True)
+
+    # -- the caller's side (any thread) ----------------------------------------------------------
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        with self.cv:
+            self.stopping = True
+            self.cv.notify()
+        self.thread.join(timeout=30)
+
+    def submit(self, request: Request) -> Handle:
+        """Queue a request (already checked against the engine); its events arrive on the handle."""
+        handle = Handle(request, self, asyncio.get_running_loop())
+        request.rid = request.rid or f"{next(self.ids):x}"
+        with self.cv:
+            self.waiting.append(handle)
+            self.cv.notify()
+        return handle
+
+    def cancel(self, handle: Handle) -> None:
+        with self.cv:
+            self.cancelled.add(id(handle))
+            self.cv.notify()
+
+    @property
+    def busy(self) -> bool:
+        with self.cv:
+            return bool(self.waiting or self.rows)
+
+    def flush(self) -> bool:
+        """Reset the server-wide acceptance average (SGLang's /flush_cache); refused while busy."""
+        with self.cv:
+            if self.waiting or self.rows:
+                return False
+            self.since_flush.clear()
+            self.recent.clear()
+            return True
+
+    def state(self) -> dict:
+        """The numbers /server_info and /metrics report."""
+        with self.cv:
+            recent = list(self.recent)
+            out = {"num_running_reqs": len(self.rows), "num_queue_reqs": len(self.waiting),
+                   "counters": dict(self.counters),
+                   "step_time_dict": {b: list(t) for b, t in sorted(self.step_times.items())}}
+            seconds = sum(r[0] for r in recent)
+            out["last_gen_throughput"] = sum(r[1] for r in recent) / seconds if seconds > 0 else 0.0
+            if self.since_flush["verify_steps"]:
+                out["avg_spec_accept_length"] = self.since_flush["verify_tokens"] / self.since_flush["verify_steps"]
+            verify = sum(r[2] for r in recent)
+            if verify:
+                out["recent_spec_accept_length"] = sum(r[3] for r in recent) / verify
+            return out
+
+    # -- the loop (the engine's thread) ------------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            with self.cv:
+                while not (self.stopping or self.waiting or self.rows or self.cancelled):
+                    self.cv.wait()
+                if self.stopping:
+                    break
+                self._drop_cancelled()
+                free = len(self.engine.free_slots)
+                admits = [self.waiting.popleft() for _ in range(min(free, len(self.waiting)))]
+            if admits:
+                self._admit(admits)
+            if self.engine.running:
+                t0 = time.perf_counter()
+                updates = self.engine.step()
+                seconds = time.perf_counter() - t0
+                self._record(updates, seconds)
+                for up in updates:
+                    self._deliver(up)
+        for handle, progress in list(self.rows.values()):  # shutting down: end what is running
+            self._finish(handle, progress, {"type": "abort", "message": "the server is shutting down"})
+
+    def _drop_cancelled(self) -> None:
+        if not self.cancelled:
+            return
+        self.waiting = collections.deque(h for h in self.waiting if id(h) not in self.cancelled)
+        for slot, (handle, progress) in list(self.rows.items()):
+            if id(handle) in self.cancelled:
+                self.engine.retire(slot)
+                del self.rows[slot]
+                handle.done = True
+        self.cancelled.clear()
+
+    def _admit(self, handles: list[Handle]) -> None:
+        try:
+            updates = self.engine.admit([h.request.prompt_ids for h in handles], [h.request.params for h in handles])
+        except ValueError as exc:  # checked before submit; a bug if it happens: fail these requests only
+            for h in handles:
+                h.done = True
+                h.push(ValueError(str(exc)))
+            return
+        with self.cv:
+            for h, up in zip(handles, updates):
+                self.rows[up.slot] = (h, Progress())
+                self.counters["requests"] += 1
+                self.counters["prompt_tokens"] += len(h.request.prompt_ids)
+        for up in updates:
+            self._deliver(up)
+
+    def _record(self, updates: list[RowUpdate], seconds: float) -> None:
+        tokens = sum(len(u.tokens) for u in updates)
+        verify = [u for u in updates if u.accepted >= 0]
+        with self.cv:
+            self.recent.append((seconds, tokens, len(verify), sum(len(u.tokens) for u in verify)))
+            self.step_times.setdefault(len(updates), collections.deque(maxlen=100)).append(seconds)
+            self.counters["verify_steps"] += len(verify)
+            self.since_flush["verify_steps"] += len(verify)
+            self.since_flush["verify_tokens"] += sum(len(u.tokens) for u in verify)
+
+    def _deliver(self, up: RowUpdate) -> None:
+        if up.slot not in self.rows:
+            return
+        handle, p = self.rows[up.slot]
+        now = time.monotonic()
+        p.first_token_at = p.first_token_at or now
+        p.output_ids += up.tokens
+        p.new_tokens = len(up.tokens)
+        with self.cv:
+            self.counters["generation_tokens"] += len(up.tokens)
+        if up.accepted >= 0:  # a verify step: it kept its accepted drafts and one token of the target's
+            p.verify_ct += 1
+            p.accepted.append(len(up.tokens) - 1)
+            if handle.request.trace:
+                p.trace.append({"drafts": up.drafts, "accepted": len(up.tokens) - 1, "tokens": up.tokens})
+        p.text = self.tokenizer.decode(p.output_ids)
+        finish = self._stop_string(handle.request, p)
+        if finish is None and up.finished:
+            finish = ({"type": "stop", "matched": p.output_ids[-1]} if up.finished == "stop" else
+                      {"type": "length", "length": handle.request.params.max_new_tokens})
+        if finish is not None:
+            self.engine.retire(up.slot)  # already free when the engine finished it; a stop string ends it here
+            with self.cv:
+                del self.rows[up.slot]
+            self._finish(handle, p, finish)
+        else:
+            handle.push(_copy(p))
+
+    def _stop_string(self, request: Request, p: Progress) -> dict | None:
+        """The first stop string in the text ends the request there (the string itself is cut)."""
+        hits = [(p.text.find(s), s) for s in request.stop if s and s in p.text]
+        if not hits:
+            return None
+        at, s = min(hits)
+        p.text = p.text[:at]
+        return {"type": "stop", "matched": s}
+
+    def _finish(self, handle: Handle, p: Progress, reason: dict) -> None:
+        p.finish_reason, p.finished_at = reason, time.monotonic()
+        handle.done = True
+        handle.push(_copy(p))
+
+
+def _copy(p: Progress) -> Progress:
+    return Progress(list(p.output_ids), p.text, p.verify_ct, list(p.accepted), list(p.trace), p.finish_reason,
+                    p.first_token_at, p.finished_at, p.new_tokens)

@@ -1,0 +1,248 @@
+"""`specdec serve`: the Lab 2 engine behind SGLang's HTTP API, with continuous batching.
+
+Endpoints: /health, /health_generate, /generate, /v1/models, /v1/completions,
+/v1/chat/completions, /server_info (= /get_server_info), /flush_cache, /metrics. Shapes follow
+SGLang 0.5.16. Two differences a student can see: the server-wide accept length is exact (SGLang
+folds it in every 40 steps, so it lags), and `"return_spec_trace": true` returns each step's drafts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+from fastapi import FastAPI, Request as HTTPRequest
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+
+from specdec import __version__
+from specdec.decoder.engine import Engine, SamplingParams
+from specdec.serving import protocol
+from specdec.serving.protocol import BadRequest
+from specdec.serving.scheduler import Handle, Progress, Request, Scheduler
+
+API_VERSION = "0.5.16"  # the SGLang release whose response shapes this server follows
+POLL_S = 0.5  # how often a non-streaming request checks that its caller is still there
+
+
+@dataclass
+class ServerArgs:
+    """What /server_info reports back (SGLang reports its own launch arguments the same way)."""
+
+    model_path: str
+    served_model_name: str
+    speculative_algorithm: str | None
+    speculative_num_steps: int | None
+    host: str
+    port: int
+    max_running_requests: int
+    context_length: int
+    api_key_set: bool
+    device: str
+    dtype: str
+
+
+def error(status: int, message: str) -> JSONResponse:
+    """One line of JSON, in the shape SGLang's OpenAI layer uses."""
+    kind = {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError"}.get(status, "Error")
+    return JSONResponse({"object": "error", "message": message, "type": kind, "code": status}, status_code=status)
+
+
+def sse(obj) -> bytes:
+    return f"data: {obj if isinstance(obj, str) else json.dumps(obj)}\n\n".encode()
+
+
+def build_app(scheduler: Scheduler, args: ServerArgs, api_key: str | None = None) -> FastAPI:
+    engine, tokenizer = scheduler.engine, scheduler.tokenizer
+    speculative, k = engine.proposer is not None, engine.k
+    app = FastAPI(title="specdec serve", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
+    started = time.time()
+
+    @app.middleware("http")
+    async def authorise(request: HTTPRequest, call_next):
+        if api_key and request.url.path != "/health":
+            if request.headers.get("authorization", "") != f"Bearer {api_key}":
+                return error(401, "missing or wrong API key: send the header `Authorization: Bearer KEY`")
+        return await call_next(request)
+
+    @app.exception_handler(BadRequest)
+    async def bad_request(_, exc: BadRequest):
+        return error(400, str(exc))
+
+    async def body(request: HTTPRequest) -> dict:
+        return protocol.parse_json(await request.body())
+
+    async def events(handle: Handle, request: HTTPRequest):
+        """The request's progress events until it finishes; cancels it if the caller leaves."""
+        try:
+            while True:
+                try:
+                    p = await asyncio.wait_for(handle.events.get(), POLL_S)
+                except asyncio.TimeoutError:
+                    if await request.is_disconnected():
+                        return
+                    continue
+                if isinstance(p, Exception):
+                    raise BadRequest(str(p))
+                yield p
+                if p.finish_reason is not None:
+                    return
+        finally:
+            handle.cancel()
+
+    async def final(handle: Handle, request: HTTPRequest) -> Progress | None:
+        last = None
+        async for p in events(handle, request):
+            last = p
+        return last
+
+    # -- health --------------------------------------------------------------------------------
+    @app.get("/health")
+    async def health():
+        return Response(status_code=200)
+
+    @app.get("/health_generate")
+    async def health_generate(request: HTTPRequest):
+        """One token through the whole path: the engine loop is alive."""
+        probe = Request([0], SamplingParams(max_new_tokens=1, stop_at_eos=False))
+        if await final(scheduler.submit(probe), request) is None:
+            return error(503, "the engine did not answer")
+        return Response(status_code=200)
+
+    # -- native ----------------------------------------------------------------------------------
+    @app.post("/generate")
+    async def generate(request: HTTPRequest):
+        reqs, is_batch, stream = protocol.parse_generate(await body(request), tokenizer, engine)
+        if stream:
+            handle = scheduler.submit(reqs[0])
+
+            async def chunks():
+                async for p in events(handle, request):
+                    yield sse(protocol.generate_response(reqs[0], p, speculative, k))
+                yield sse("[DONE]")
+
+            return StreamingResponse(chunks(), media_type="text/event-stream")
+        handles = [scheduler.submit(r) for r in reqs]
+        done = await asyncio.gather(*(final(h, request) for h in handles))
+        if any(p is None for p in done):
+            return Response(status_code=499)  # the caller left
+        out = [protocol.generate_response(r, p, speculative, k) for r, p in zip(reqs, done)]
+        return JSONResponse(out if is_batch else out[0])
+
+    # -- OpenAI-compatible -----------------------------------------------------------------------
+    async def openai(request: HTTPRequest, chat: bool):
+        parse = protocol.parse_chat if chat else protocol.parse_completion
+        req, stream, include_usage = parse(await body(request), tokenizer, engine)
+        handle = scheduler.submit(req)
+        model = args.served_model_name
+        if not stream:
+            p = await final(handle, request)
+            return JSONResponse(protocol.completion_response(req, p, model, chat)) if p else Response(status_code=499)
+
+        async def chunks():
+            sent, last = "", None
+            async for p in events(handle, request):
+                text = p.text if p.finish_reason is not None else p.text.rstrip("\ufffd")  # half a character
+                first, delta, sent, last = last is None, text[len(sent):], text, p
+                yield sse(protocol.stream_chunk(req, model, chat, delta, p if p.finish_reason else None, first))
+            if last is not None and include_usage:
+                yield sse(protocol.usage_chunk(req, last, model, chat))
+            yield sse("[DONE]")
+
+        return StreamingResponse(chunks(), media_type="text/event-stream")
+
+    @app.post("/v1/completions")
+    async def completions(request: HTTPRequest):
+        return await openai(request, chat=False)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: HTTPRequest):
+        return await openai(request, chat=True)
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [{"id": args.served_model_name, "object": "model", "created": int(started),
+                                            "owned_by": "specdec", "root": args.model_path,
+                                            "max_model_len": args.context_length}]}
+
+    # -- the server's own state ----------------------------------------------------------------
+    @app.get("/server_info")
+    @app.get("/get_server_info")
+    async def server_info():
+        state = scheduler.state()
+        internal = {"last_gen_throughput": state["last_gen_throughput"],
+                    "effective_max_running_requests_per_dp": args.max_running_requests,
+                    "num_running_reqs": state["num_running_reqs"], "num_queue_reqs": state["num_queue_reqs"],
+                    "step_time_dict": state["step_time_dict"]}
+        if "avg_spec_accept_length" in state:
+            internal["avg_spec_accept_length"] = state["avg_spec_accept_length"]
+        return {**asdict(args), "tokenizer_path": args.model_path, "status": "ready", "version": API_VERSION,
+                "specdec_version": __version__, "speculative_eagle_topk": 1 if speculative else None,
+                "speculative_num_draft_tokens": k + 1 if speculative else None,
+                "max_total_num_tokens": engine.capacity * engine.max_len, "internal_states": [internal]}
+
+    @app.api_route("/flush_cache", methods=["GET", "POST"])
+    async def flush_cache():
+        if not scheduler.flush():
+            return PlainTextResponse("Cache not flushed: requests are running or waiting.", status_code=400)
+        return PlainTextResponse("Cache flushed.\n")
+
+    @app.get("/metrics")
+    async def metrics():
+        return PlainTextResponse(prometheus(scheduler.state(), args), media_type="text/plain; version=0.0.4")
+
+    return app
+
+
+def prometheus(state: dict, args: ServerArgs) -> str:
+    """The sglang:* metrics a benchmark reads, in Prometheus' text format."""
+    label = f'{{model_name="{args.served_model_name}"}}'
+    c = state["counters"]
+    rows = [("num_running_reqs", "gauge", state["num_running_reqs"]),
+            ("num_queue_reqs", "gauge", state["num_queue_reqs"]),
+            ("gen_throughput", "gauge", state["last_gen_throughput"]),
+            ("prompt_tokens_total", "counter", c.get("prompt_tokens", 0)),
+            ("generation_tokens_total", "counter", c.get("generation_tokens", 0)),
+            ("num_requests_total", "counter", c.get("requests", 0))]
+    if args.speculative_algorithm:
+        rows += [("spec_verify_calls_total", "counter", c.get("verify_steps", 0)),
+                 ("spec_accept_length", "gauge", state.get("recent_spec_accept_length", 0.0))]
+    out = []
+    for name, kind, value in rows:
+        out += [f"# TYPE sglang:{name} {kind}", f"sglang:{name}{label} {float(value)}"]
+    return "\n".join(out) + "\n"
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket (port 0: any free one), so the real port is known before serving."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    return sock
+
+
+def warm_up(engine: Engine) -> None:
+    """Run each step shape once (CUDA graphs are captured here, not on a student's first request)."""
+    engine.generate([[0, 1, 2]], max_new_tokens=4, stop_at_eos=False)
+
+
+def describe(engine: Engine) -> str:
+    what = "plain decoding" if engine.proposer is None else f"{engine.method}, k={engine.k}"
+    where = torch.cuda.get_device_name() if engine.device.type == "cuda" else "CPU"
+    return f"{what}, up to {engine.capacity} running requests, context {engine.max_len}, {where}"
+
+
+def run(scheduler: Scheduler, args: ServerArgs, sock: socket.socket, api_key: str | None = None) -> None:
+    """Serve until SIGINT or SIGTERM (uvicorn's graceful shutdown), then stop the engine loop."""
+    import uvicorn  # the server's own dependency, not the decoder's
+
+    app = build_app(scheduler, args, api_key)
+    scheduler.start()
+    try:
+        uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False)).run(sockets=[sock])
+    finally:
+        scheduler.stop()
+        sock.close()

@@ -1,0 +1,63 @@
+"""An in-process `specdec serve` for tests: the real app, engine and scheduler, on a free port."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from contextlib import contextmanager
+
+import requests
+import uvicorn
+
+from specdec.decoder.engine import Engine
+from specdec.serving.scheduler import Scheduler
+from specdec.serving.server import ServerArgs, bind, build_app
+
+
+@contextmanager
+def running_server(bundle, method="mtp", k=4, max_batch=8, max_len=512, api_key=None):
+    """Yields (base URL, scheduler); stops the server and its engine thread on exit."""
+    engine = Engine(bundle, method, k=k, max_batch=max_batch, max_len=max_len, cuda_graphs="off")
+    scheduler = Scheduler(engine, bundle.tokenizer)
+    sock = bind("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    args = ServerArgs(model_path=str(bundle.paths.get("target", "")), served_model_name="tiny",
+                      speculative_algorithm=None if method == "ar" else method,
+                      speculative_num_steps=None if method == "ar" else k, host="127.0.0.1", port=port,
+                      max_running_requests=max_batch, context_length=max_len, api_key_set=bool(api_key),
+                      device="cpu", dtype="float32")
+    server = uvicorn.Server(uvicorn.Config(build_app(scheduler, args, api_key), log_level="warning"))
+    scheduler.start()
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the test server did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}", scheduler
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        scheduler.stop()
+        sock.close()
+
+
+def stream_events(url: str, body: dict, headers=None, timeout=60) -> list[dict]:
+    """The JSON objects of an SSE response, up to `data: [DONE]` (which must come last)."""
+    out, done = [], False
+    with requests.post(url, json=body, stream=True, timeout=timeout, headers=headers) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if not line:
+                continue
+            assert line.startswith(b"data: ") and not done, line
+            payload = line[len(b"data: "):]
+            if payload == b"[DONE]":
+                done = True
+            else:
+                out.append(json.loads(payload))
+    assert done, "the stream did not end with [DONE]"
+    return out

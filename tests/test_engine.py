@@ -1,0 +1,110 @@
+"""The step-level engine: rows join and leave a running batch between steps, batching changes no
+token, stop ids may be a list, and acceptance counts only drafts the target could use."""
+
+import copy
+
+import pytest
+import torch
+
+from specdec.decoder.bundle import ModelBundle
+from specdec.decoder.engine import Engine, SamplingParams
+from specdec.decoder.proposers import DraftModelProposer
+
+
+def run_alone(engine, prompt, n):
+    return engine.generate([prompt], max_new_tokens=n, stop_at_eos=False).tokens[0]
+
+
+@pytest.mark.parametrize("method", ["ar", "mtp", "draft"])
+def test_rows_join_and_leave_without_changing_tokens(tiny_bundle, engine, code_prompts, method):
+    """Requests admitted at different steps into reused slots decode exactly as they do alone."""
+    alone = [run_alone(engine(method), p, 20) for p in code_prompts]
+    e = Engine(tiny_bundle, method, k=3, max_batch=2)
+    out, owner = {i: [] for i in range(4)}, {}
+    queue, steps = list(range(4)), 0
+    while queue or e.running:
+        if queue and e.free_slots and steps % 2 == 0:  # a new request every other step, when a row is free
+            i = queue.pop(0)
+            up = e.admit([code_prompts[i]], SamplingParams(max_new_tokens=20, stop_at_eos=False))[0]
+            owner[up.slot] = i
+            out[i] += up.tokens
+        for up in e.step():
+            out[owner[up.slot]] += up.tokens
+        steps += 1
+    assert [out[i] for i in range(4)] == alone
+
+
+def test_a_request_arriving_mid_decode_finishes_first(tiny_bundle, code_prompts):
+    e = Engine(tiny_bundle, "mtp", k=4, max_batch=4)
+    long = e.admit([code_prompts[0]], SamplingParams(max_new_tokens=60, stop_at_eos=False))[0]
+    finished = []
+    for n in range(200):
+        if n == 2:
+            short = e.admit([code_prompts[1]], SamplingParams(max_new_tokens=6, stop_at_eos=False))[0]
+        finished += [u.slot for u in e.step() if u.finished]
+        if not e.running:
+            break
+    assert finished == [short.slot, long.slot] and short.slot != long.slot
+
+
+def test_retire_frees_a_row_for_the_next_request(tiny_bundle, code_prompts):
+    e = Engine(tiny_bundle, "ngram", k=2, max_batch=1)
+    first = e.admit([code_prompts[0]], SamplingParams(max_new_tokens=50))[0]
+    e.step()
+    with pytest.raises(ValueError, match="free rows"):
+        e.admit([code_prompts[1]], SamplingParams())
+    e.retire(first.slot)
+    assert e.running == [] and e.free_slots == [0]
+    assert e.admit([code_prompts[1]], SamplingParams(max_new_tokens=3))[0].slot == 0
+
+
+def test_list_valued_eos_stops_at_any_of_its_ids(tiny_bundle, engine, code_prompts):
+    """config.json may give eos_token_id as a list: every id in it ends a row."""
+    ref = engine("ar").generate(code_prompts, max_new_tokens=12, stop_at_eos=False).tokens
+    second = ref[1][4]  # a token row 1 produces: make it the *second* stop id
+    bundle = copy.copy(tiny_bundle)
+    bundle.target = copy.copy(tiny_bundle.target)
+    bundle.target.config = copy.deepcopy(tiny_bundle.target.config)
+    bundle.target.config.eos_token_id = [0, second]
+    for method in ("ar", "mtp"):
+        res = Engine(bundle, method, k=3).generate(code_prompts, max_new_tokens=12)
+        for b, toks in enumerate(res.tokens):
+            cut = ref[b].index(second) + 1 if second in ref[b] else 12
+            assert toks == ref[b][:cut], (method, b)
+
+
+@pytest.mark.parametrize("n", [40, 41, 42])
+def test_a_model_drafting_itself_is_always_accepted(tiny_bundle, code_prompts, n):
+    """The target as its own draft: every judged draft is accepted, whatever max_new_tokens cuts
+    (drafts past a row's budget are not counted as proposed)."""
+    own = ModelBundle(name="self", target=tiny_bundle.target, tokenizer=None)
+    e = Engine(own, k=4, proposer=DraftModelProposer(tiny_bundle.target))
+    res = e.generate(code_prompts, max_new_tokens=n, stop_at_eos=False)
+    assert res.stats.acceptance_rate == 1.0 and (res.stats.by_position == 1.0).all()
+    assert all(len(t) == n for t in res.tokens)
+
+
+def test_bad_requests_are_clear_errors(engine, code_prompts):
+    e = engine("mtp")
+    with pytest.raises(ValueError, match="token ids must be integers"):
+        e.admit([[1, 2, 99999]], SamplingParams())
+    with pytest.raises(ValueError, match="top_p"):
+        e.admit([code_prompts[0]], SamplingParams(top_p=0.0))
+    with pytest.raises(ValueError, match="temperature"):
+        e.admit([code_prompts[0]], SamplingParams(temperature=-1.0))
+    assert e.running == []  # nothing was admitted
+
+
+def test_seeded_rows_sample_the_same_tokens_whatever_runs_beside_them(tiny_bundle, code_prompts):
+    sp = SamplingParams(max_new_tokens=16, temperature=1.0, seed=7, stop_at_eos=False)
+    a = Engine(tiny_bundle, "mtp", k=3, max_batch=2)
+    alone = a.admit([code_prompts[2]], sp)[0].tokens
+    while a.running:
+        alone += [t for u in a.step() for t in u.tokens]
+    b = Engine(tiny_bundle, "mtp", k=3, max_batch=2)
+    b.admit([code_prompts[0]], SamplingParams(max_new_tokens=30, temperature=1.0, stop_at_eos=False))
+    beside = b.admit([code_prompts[2]], sp)[0]
+    got = list(beside.tokens)
+    while b.running:
+        got += [t for u in b.step() if u.slot == beside.slot for t in u.tokens]
+    assert got == alone

@@ -1,0 +1,263 @@
+"""`specdec serve` against the real engine over real HTTP: SGLang's shapes, continuous batching,
+streaming, bad input that leaves the server serving, and clean shutdown."""
+
+import json
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+
+from serve_tools import running_server, stream_events
+from specdec.decoder.engine import Engine
+
+PROMPTS = ["import os\nimport sys\n\ndef main(", "Monday, Tuesday, Wednesday,",
+           "class Queue:\n    def __init__(self, maxsize=0):\n        self.", "x = 1\nfor i in range(10):\n"]
+
+
+@pytest.fixture(scope="module")
+def server(tiny_bundle):
+    with running_server(tiny_bundle, "mtp", k=4, max_batch=8) as (url, scheduler):
+        yield url, scheduler
+
+
+@pytest.fixture(scope="module")
+def alone(tiny_bundle):
+    """Greedy continuations of each prompt decoded alone, by the engine directly (no server)."""
+    e = Engine(tiny_bundle, "ar", max_batch=1, max_len=512, cuda_graphs="off")
+    tok = tiny_bundle.tokenizer
+    return {p: e.generate([tok(p)["input_ids"]], max_new_tokens=24, stop_at_eos=False).tokens[0] for p in PROMPTS}
+
+
+def generate(url, text, n=24, **extra):
+    r = requests.post(f"{url}/generate", json={"text": text, "sampling_params": {
+        "max_new_tokens": n, "temperature": 0, "ignore_eos": True}, **extra}, timeout=60)
+    r.raise_for_status()
+    return r.json()
+
+
+def idle(scheduler, timeout=10):
+    """Nothing running or waiting: every row was freed."""
+    deadline = time.monotonic() + timeout
+    while scheduler.busy:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return scheduler.engine.running == []
+
+
+def test_generate_has_sglang_meta_info(server, alone):
+    url, _ = server
+    out = generate(url, PROMPTS[0])
+    meta = out["meta_info"]
+    assert out["output_ids"] == alone[PROMPTS[0]]
+    assert meta["completion_tokens"] == len(out["output_ids"]) == 24
+    assert meta["finish_reason"] == {"type": "length", "length": 24}
+    assert meta["prompt_tokens"] > 0 and meta["e2e_latency"] > 0
+    assert meta["spec_accept_length"] == pytest.approx(meta["completion_tokens"] / meta["spec_verify_ct"])
+    hist = meta["spec_correct_drafts_histogram"]
+    assert len(hist) == 5 and sum(hist) == meta["spec_verify_ct"]
+    assert meta["spec_num_correct_drafts"] == sum(i * n for i, n in enumerate(hist))
+    assert meta["spec_num_correct_drafts"] == meta["completion_tokens"] - 1 - meta["spec_verify_ct"]
+    assert meta["spec_num_proposed_drafts"] == 4 * meta["spec_verify_ct"]
+    assert meta["spec_accept_histogram"] == hist  # the 0.5.16 alias
+
+
+def test_32_concurrent_streams_equal_decoding_alone(server, alone):
+    """Batching changes no token, every stream ends with [DONE], and its token count is what the
+    server reports as completion_tokens."""
+    url, scheduler = server
+
+    def one(i):
+        p = PROMPTS[i % len(PROMPTS)]
+        events = stream_events(f"{url}/generate", {"text": p, "stream": True, "sampling_params": {
+            "max_new_tokens": 24, "temperature": 0, "ignore_eos": True}})
+        return p, events
+
+    with ThreadPoolExecutor(32) as pool:
+        results = list(pool.map(one, range(32)))
+    for p, events in results:
+        last = events[-1]
+        assert last["output_ids"] == alone[p]
+        assert len(last["output_ids"]) == last["meta_info"]["completion_tokens"] == 24
+        assert last["meta_info"]["finish_reason"]["type"] == "length"
+        lengths = [len(e["output_ids"]) for e in events]
+        assert lengths == sorted(lengths) and len(events) > 1  # cumulative, as SGLang streams
+    assert idle(scheduler)
+
+
+def test_a_request_arriving_mid_decode_finishes_first(server):
+    url, _ = server
+    done = {}
+
+    def run(name, text, n):
+        generate(url, text, n)
+        done[name] = time.monotonic()
+
+    long = threading.Thread(target=run, args=("long", PROMPTS[0], 300))
+    long.start()
+    time.sleep(0.3)  # the long request is decoding by now
+    run("short", PROMPTS[1], 8)
+    long.join()
+    assert done["short"] < done["long"]
+
+
+def test_stop_strings_end_the_text_before_them(server, alone, tiny_bundle):
+    url, _ = server
+    full = tiny_bundle.tokenizer.decode(alone[PROMPTS[1]])
+    stop = full[5:9]
+    out = requests.post(f"{url}/generate", json={"text": PROMPTS[1], "sampling_params": {
+        "max_new_tokens": 24, "temperature": 0, "stop": [stop], "ignore_eos": True}}, timeout=60).json()
+    assert out["text"] == full[: full.index(stop)]
+    assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": stop}
+
+
+def test_openai_streams_with_usage(server, alone, tiny_bundle):
+    url, _ = server
+    want = tiny_bundle.tokenizer.decode(alone[PROMPTS[2]])
+    for path, body, chat in (
+            ("/v1/completions", {"prompt": PROMPTS[2]}, False),
+            ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}, True)):
+        body = {**body, "model": "tiny", "max_tokens": 24, "temperature": 0, "stream": True, "ignore_eos": True,
+                "stream_options": {"include_usage": True}}
+        events = stream_events(url + path, body)
+        usage = events[-1]
+        assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 24
+        pieces = [e["choices"][0]["delta"].get("content", "") if chat else e["choices"][0]["text"] for e in events[:-1]]
+        assert events[-2]["choices"][0]["finish_reason"] == "length"
+        plain = requests.post(url + path, json={**body, "stream": False}, timeout=60).json()
+        text = plain["choices"][0]["message"]["content"] if chat else plain["choices"][0]["text"]
+        assert "".join(pieces) == text and plain["usage"]["completion_tokens"] == 24
+        if not chat:
+            assert text == want
+        else:
+            assert events[0]["choices"][0]["delta"]["role"] == "assistant"
+
+
+def test_server_info_metrics_and_flush(server):
+    url, scheduler = server
+    generate(url, PROMPTS[3])
+    info = requests.get(f"{url}/server_info", timeout=10).json()
+    assert requests.get(f"{url}/get_server_info", timeout=10).json()["version"] == info["version"]
+    state = info["internal_states"][0]
+    assert info["version"] and info["speculative_algorithm"] == "mtp" and 1 <= state["avg_spec_accept_length"] <= 5
+    metrics = requests.get(f"{url}/metrics", timeout=10).text
+    values = {line.split("{")[0]: float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+              if line.startswith("sglang:")}
+    assert values["sglang:generation_tokens_total"] >= 24 and values["sglang:spec_verify_calls_total"] >= 1
+    assert values["sglang:num_running_reqs"] == 0
+    assert requests.post(f"{url}/flush_cache", timeout=10).status_code == 200
+    after = requests.get(f"{url}/server_info", timeout=10).json()["internal_states"][0]
+    assert "avg_spec_accept_length" not in after  # reset by the flush
+
+    long = threading.Thread(target=generate, args=(url, PROMPTS[0], 300))
+    long.start()
+    time.sleep(0.3)
+    assert requests.post(f"{url}/flush_cache", timeout=10).status_code == 400  # busy, as SGLang
+    long.join()
+
+
+def malformed(url: str) -> list[tuple[str, dict]]:
+    """(path, requests.post kwargs) of bad requests of every kind."""
+    gen, comp, chat = f"{url}/generate", f"{url}/v1/completions", f"{url}/v1/chat/completions"
+    js = lambda d: {"data": json.dumps(d), "headers": {"content-type": "application/json"}}  # noqa: E731
+    cases = [
+        (gen, {"data": b"{not json"}), (gen, {"data": b"\xff\xfe\x00garbage"}), (gen, {"data": b""}),
+        (gen, js([1, 2, 3])), (gen, js("text")), (gen, js({})), (gen, js({"text": ""})),
+        (gen, js({"text": 5})), (gen, js({"text": "a", "input_ids": [1]})), (gen, js({"input_ids": [1, 99999]})),
+        (gen, js({"input_ids": []})), (gen, js({"input_ids": [True, False]})),
+        (gen, js({"text": "a", "sampling_params": {"max_new_tokens": -1}})),
+        (gen, js({"text": "a", "sampling_params": {"max_new_tokens": 10**9}})),
+        (gen, js({"text": "a", "sampling_params": {"max_new_tokens": "5"}})),
+        (gen, js({"text": "a", "sampling_params": {"temperature": -0.5}})),
+        (gen, js({"text": "a", "sampling_params": {"top_p": 0}})),
+        (gen, js({"text": "a", "sampling_params": {"top_p": 1.5}})),
+        (gen, js({"text": "a", "sampling_params": {"top_k": 2.5}})),
+        (gen, js({"text": "a", "sampling_params": {"stop": 7}})),
+        (gen, js({"text": "a", "sampling_params": {"seed": -3}})),
+        (gen, js({"text": "a", "sampling_params": {"frequency_penalty": 0.5}})),
+        (gen, js({"text": "a", "sampling_params": {"no_such_param": 1}})),
+        (gen, js({"text": "a", "sampling_params": []})), (gen, js({"text": "a", "stream": "yes"})),
+        (gen, js({"text": "a", "surprise": 1})), (gen, js({"text": ["a", "b"], "stream": True})),
+        (gen, js({"input_ids": list(range(600))})),  # longer than the context
+        (comp, js({})), (comp, js({"prompt": 3})), (comp, js({"prompt": "a", "max_tokens": 0})),
+        (comp, js({"prompt": "a", "n": 2})), (comp, js({"prompt": "a", "logprobs": 3})),
+        (comp, js({"prompt": "a", "stream_options": 1})), (comp, js({"prompt": "a", "unknown": True})),
+        (chat, js({})), (chat, js({"messages": []})), (chat, js({"messages": [{"role": "user"}]})),
+        (chat, js({"messages": "hi"})), (chat, js({"messages": [{"role": "user", "content": 1}]})),
+    ]
+    return cases
+
+
+def test_200_malformed_requests_then_the_server_still_serves(server, alone):
+    url, scheduler = server
+    cases = malformed(url)
+    sent = 0
+    while sent < 200:
+        for target, kw in cases:
+            r = requests.post(target, timeout=30, **kw)
+            assert 400 <= r.status_code < 500, (target, kw, r.status_code, r.text)
+            assert len(r.text.strip().splitlines()) == 1 and r.json()["message"], r.text
+            sent += 1
+    assert requests.get(f"{url}/health", timeout=10).status_code == 200
+    assert requests.get(f"{url}/health_generate", timeout=30).status_code == 200
+    assert generate(url, PROMPTS[0])["output_ids"] == alone[PROMPTS[0]]
+    assert idle(scheduler) and not scheduler.waiting
+
+
+def test_a_client_leaving_mid_stream_frees_its_row(server):
+    url, scheduler = server
+    before = scheduler.state()["counters"].get("generation_tokens", 0)
+    with requests.post(f"{url}/generate", json={"text": PROMPTS[0], "stream": True, "sampling_params": {
+            "max_new_tokens": 480, "temperature": 0, "ignore_eos": True}}, stream=True, timeout=60) as r:
+        for _ in zip(range(3), r.iter_lines()):
+            pass  # read a little, then hang up
+    assert idle(scheduler, timeout=20)
+    assert scheduler.state()["counters"]["generation_tokens"] - before < 480  # stopped early: its row was freed
+
+
+def test_api_key_guards_everything_but_health(tiny_bundle):
+    with running_server(tiny_bundle, "ar", max_batch=2, api_key="s3cret") as (url, _):
+        assert requests.get(f"{url}/health", timeout=10).status_code == 200
+        for method, path in (("get", "/health_generate"), ("get", "/server_info"), ("get", "/metrics"),
+                             ("get", "/v1/models"), ("post", "/generate"), ("post", "/flush_cache")):
+            r = getattr(requests, method)(url + path, timeout=10)
+            assert r.status_code == 401 and "API key" in r.json()["message"], path
+        ok = requests.post(f"{url}/generate", json={"text": "a", "sampling_params": {"max_new_tokens": 2}},
+                           headers={"Authorization": "Bearer s3cret"}, timeout=30)
+        assert ok.status_code == 200 and ok.json()["meta_info"]["completion_tokens"] == 2
+        assert "spec_verify_ct" not in ok.json()["meta_info"]  # plain decoding: no speculative counters
+
+
+def test_seeded_sampling_repeats_over_http(server):
+    url, _ = server
+    body = {"text": PROMPTS[2], "sampling_params": {"max_new_tokens": 16, "temperature": 0.9, "top_p": 0.9,
+                                                    "seed": 11}}
+    a, b = (requests.post(f"{url}/generate", json=body, timeout=60).json()["output_ids"] for _ in range(2))
+    assert a == b
+
+
+def test_the_spec_trace_shows_each_step(server, alone):
+    url, _ = server
+    out = generate(url, PROMPTS[0], return_spec_trace=True)
+    trace = out["meta_info"]["spec_trace"]
+    assert len(trace) == out["meta_info"]["spec_verify_ct"]
+    assert [t for step in trace for t in step["tokens"]] == out["output_ids"][1:]  # the first came from the prefill
+    for step in trace:
+        assert len(step["drafts"]) == 4 and step["tokens"][: step["accepted"]] == step["drafts"][: step["accepted"]]
+
+
+def test_the_port_in_use_is_a_one_line_error():
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        r = subprocess.run([sys.executable, "-m", "specdec", "serve", "--port", str(port)], capture_output=True,
+                           text=True, timeout=120)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip() and not ln.startswith("specdec: no CUDA")]
+    assert r.returncode == 2 and len(lines) == 1 and "cannot listen" in lines[0], r.stderr
