@@ -76,3 +76,36 @@ def test_cuda_graphs_match_eager_on_gpu(code_prompts):
     # batch 4 -> 1 -> 4: a real graph bakes in the addresses of the caches it was captured with
     assert run_all(graphed, code_prompts[:1]) == {m: t[:1] for m, t in eager.items()}
     assert run_all(graphed, code_prompts) == eager
+
+
+def join_and_leave(engine, prompts, n=20):
+    """Requests admitted every other step into reused rows (the server's pattern); tokens per request."""
+    from specdec.decoder.engine import SamplingParams
+
+    out, owner, queue, steps = {i: [] for i in range(len(prompts))}, {}, list(range(len(prompts))), 0
+    while queue or engine.running:
+        if queue and engine.free_slots and steps % 2 == 0:
+            i = queue.pop(0)
+            up = engine.admit([prompts[i]], SamplingParams(max_new_tokens=n, stop_at_eos=False))[0]
+            owner[up.slot] = i
+            out[i] += up.tokens
+        for up in engine.step():
+            out[owner[up.slot]] += up.tokens
+        steps += 1
+    return [out[i] for i in range(len(prompts))]
+
+
+def test_emulated_graphs_stay_valid_as_rows_come_and_go(tiny_bundle, code_prompts):
+    eager = join_and_leave(Engine(tiny_bundle, "eagle", k=3, max_batch=3, cuda_graphs="off"), code_prompts)
+    assert join_and_leave(Engine(tiny_bundle, "eagle", k=3, max_batch=3, cuda_graphs="emulate"), code_prompts) == eager
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA; the CPU twin above tests the same loop")
+def test_cuda_graphs_stay_valid_as_rows_come_and_go_on_gpu(code_prompts):
+    from specdec.zoo import load_bundle
+
+    bundle = load_bundle("tiny", device="cuda", dtype=torch.float32)
+    for method in ("mtp", "draft", "heads", "ngram", "ar"):
+        eager = join_and_leave(Engine(bundle, method, k=3, max_batch=3, cuda_graphs="off"), code_prompts)
+        assert join_and_leave(Engine(bundle, method, k=3, max_batch=3, cuda_graphs="on"), code_prompts) == eager, method

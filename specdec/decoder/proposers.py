@@ -96,6 +96,7 @@ class FeatureDraftProposer(Proposer):
     def admit(self, rows, start, hidden):
         n, W, _ = hidden.shape
         cache = self.cache.rows(start, start + n)
+        cache.fixed_span = False  # the prefill runs eagerly: attention reads just enough slots
         cache.lengths.zero_()
         lengths = rows.lengths[start:start + n]  # the prompts' lengths (the target committed them)
         if W > 1:  # every prompt position but the last: (h_t, x_t+1), all known
@@ -178,6 +179,7 @@ class DraftModelProposer(Proposer):
     def admit(self, rows, start, hidden):
         n, W, _ = hidden.shape
         cache = self.cache.rows(start, start + n)
+        cache.fixed_span = False  # the prefill runs eagerly: attention reads just enough slots
         cache.lengths.zero_()
         self.draft(rows.tokens[start:start + n, :W], torch.arange(W, device=hidden.device).expand(n, W), cache)
         cache.commit(rows.lengths[start:start + n] - 1, check=False)
