@@ -28,7 +28,7 @@ from specdec.zoo.corpus import build_corpus
 from specdec.zoo.evaluate import PROMPT_TOKENS, _machine, spread_windows, trained_tokenizer
 from specdec.zoo.report import LABELS, table
 
-METHODS = ("mtp", "heads", "draft", "eagle", "ngram")
+METHODS = tuple(m for m in LABELS if m != "ar")  # every proposer
 KS = (1, 2, 3, 4)
 
 
