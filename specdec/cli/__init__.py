@@ -20,6 +20,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "zoo": ("specdec.cli.zoo", "the embedded model zoo: info, path, build, eval"),
     "grade": ("specdec.cli.grade", "grade lab notebooks (Gradescope JSON, CSV, summary)"),
     "labs": ("specdec.cli.labs", "generate labs/ from solutions/ (or --check that they agree)"),
+    "launch": ("specdec.cli.launch", "Lab 3: start an SGLang (or specdec serve) server with a checked speculative config"),
+    "bench": ("specdec.cli.bench", "Lab 3: concurrency sweep against a server, or --compare two sweeps"),
 }
 
 

@@ -1,0 +1,194 @@
+"""A speculative sweep against a plain one: speedup per category and concurrency, the concurrency
+where speculation stops paying (measured), the same predicted from measured step costs with Lab 1's
+speedup_from_costs, and the plots.
+
+Step costs come from SGLang's step_time_dict (/server_info, SGLANG_RECORD_STEP_TIME=1, 0.5.23) when
+both sweeps recorded it; otherwise from the plain run's TPOT and the speculative run's time per verify.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from specdec.sim.formulas import speedup_from_costs
+
+ALL = "all"  # every category together: total tokens over total wall time
+SOURCE_STEP_TIME = "step_time_dict (SGLang's measured seconds per decode step by batch size)"
+SOURCE_MEASURED = "plain run's median TPOT and speculative run's median time per verify step, by concurrency"
+
+
+def _runs(result: dict) -> dict[tuple[str, int], dict]:
+    return {(r["category"], r["concurrency"]): r for r in result["runs"]}
+
+
+def _pooled(runs: list[dict]) -> dict:
+    """Several categories' runs at one concurrency as one run."""
+    tokens, wall = sum(r["output_tokens"] for r in runs), sum(r["wall_s"] for r in runs)
+    return {"output_tok_s": tokens / wall if wall else None, "accept_length": accept_length_of(runs)}
+
+
+def accept_length_of(runs: list[dict]) -> float | None:
+    """Token-weighted over several runs: sum(completion_tokens - 1) / sum(spec_verify_ct)."""
+    verify = sum(r["spec_verify_ct"] or 0 for r in runs)
+    tokens = sum(r["spec_completion_tokens"] - r["spec_requests"] for r in runs if r["spec_verify_ct"])
+    return tokens / verify if verify else None
+
+
+def crossover(points: list[tuple[int, float]]) -> dict:
+    """Where speedup first falls to 1 or below, interpolated in log(concurrency)."""
+    pts = sorted((c, s) for c, s in points if s is not None)
+    if not pts:
+        return {"status": "no data", "concurrency": None}
+    if pts[0][1] <= 1:
+        return {"status": "never pays", "concurrency": None,
+                "text": f"speculation does not pay even at concurrency {pts[0][0]} (speedup {pts[0][1]:.2f})"}
+    for (c0, s0), (c1, s1) in zip(pts, pts[1:]):
+        if s1 <= 1:
+            x = math.log(c0) + (s0 - 1) / (s0 - s1) * (math.log(c1) - math.log(c0))
+            return {"status": "crosses", "concurrency": math.exp(x),
+                    "text": f"speculation stops paying at concurrency {math.exp(x):.1f} (between {c0} and {c1})"}
+    return {"status": "always pays", "concurrency": None,
+            "text": f"speculation pays at every concurrency measured (up to {pts[-1][0]}: {pts[-1][1]:.2f}x)"}
+
+
+def _step_costs(base: dict, spec: dict, concurrency: list[int]) -> tuple[dict[int, tuple[float, float]], str]:
+    """concurrency -> (seconds per plain step, seconds per speculative step), and where they come from."""
+    bt, st = base.get("step_time") or {}, spec.get("step_time") or {}
+    if bt and st:
+        def at(table, c):
+            xs = sorted(int(k) for k in table)
+            return float(np.interp(c, xs, [table[str(x)] for x in xs]))
+        cap = spec["server"].get("max_running_requests") or max(concurrency)
+        return {c: (at(bt, min(c, cap)), at(st, min(c, cap))) for c in concurrency}, SOURCE_STEP_TIME
+    costs = {}
+    for c in concurrency:
+        tpot = [x["tpot"] for r in base["runs"] if r["concurrency"] == c for x in r["records"] if x.get("tpot")]
+        verify = [(x["e2e_latency"] - x["ttft"]) / x["spec_verify_ct"] for r in spec["runs"] if r["concurrency"] == c
+                  for x in r["records"] if x.get("spec_verify_ct") and x.get("ttft") is not None]
+        if tpot and verify:
+            costs[c] = (float(np.median(tpot)), float(np.median(verify)))
+    return costs, SOURCE_MEASURED
+
+
+def compare(base: dict, spec: dict) -> dict:
+    """Speedup of `spec` over `base` for every (category, concurrency) both measured, with the prediction."""
+    b, s = _runs(base), _runs(spec)
+    keys = sorted(set(b) & set(s), key=lambda k: (k[1], k[0]))
+    if not keys:
+        raise ValueError("the two sweeps share no (category, concurrency) run")
+    categories = list(dict.fromkeys(k[0] for k in keys))
+    levels = sorted({k[1] for k in keys})
+    costs, source = _step_costs(base, spec, levels)
+    k = (spec["server"].get("num_draft_tokens") or 2) - 1
+    rows = []
+    for cat in categories + [ALL]:
+        for c in levels:
+            if cat == ALL:
+                br = _pooled([b[(x, c)] for x in categories if (x, c) in b and (x, c) in s])
+                sr = _pooled([s[(x, c)] for x in categories if (x, c) in b and (x, c) in s])
+            elif (cat, c) in b and (cat, c) in s:
+                br, sr = b[(cat, c)], s[(cat, c)]
+            else:
+                continue
+            tau = sr["accept_length"]
+            speedup = sr["output_tok_s"] / br["output_tok_s"] if sr["output_tok_s"] and br["output_tok_s"] else None
+            predicted = None
+            if tau is not None and c in costs:
+                kk = max(k, math.ceil(tau - 1), 1)
+                predicted = float(speedup_from_costs(tau, costs[c][0], 0.0, costs[c][1], kk))
+            rows.append({"category": cat, "concurrency": c, "base_tok_s": br["output_tok_s"],
+                         "spec_tok_s": sr["output_tok_s"], "speedup": speedup, "accept_length": tau,
+                         "predicted_speedup": predicted, "itl_p50_base": (br.get("itl_s") or {}).get("p50"),
+                         "itl_p50_spec": (sr.get("itl_s") or {}).get("p50")})
+    cross = {}
+    for cat in categories + [ALL]:
+        mine = [r for r in rows if r["category"] == cat]
+        cross[cat] = {"measured": crossover([(r["concurrency"], r["speedup"]) for r in mine]),
+                      "predicted": crossover([(r["concurrency"], r["predicted_speedup"]) for r in mine])}
+    return {"base": {"url": base["url"], "server": base["server"]}, "spec": {"url": spec["url"], "server": spec["server"]},
+            "cost_source": source, "step_costs": {str(c): {"plain_s": p, "spec_step_s": v} for c, (p, v) in costs.items()},
+            "rows": rows, "crossover": cross}
+
+
+def _fmt(x, spec=".2f"):
+    return "-" if x is None else format(x, spec)
+
+
+def format_comparison(cmp: dict) -> str:
+    s = cmp["spec"]["server"]
+    lines = [f"speculative: {s.get('speculative_algorithm')} ({cmp['spec']['url']}) against plain ({cmp['base']['url']})",
+             f"{'category':<12}{'conc':>5}{'plain tok/s':>13}{'spec tok/s':>12}{'speedup':>9}{'predicted':>11}{'accept':>8}"]
+    for r in cmp["rows"]:
+        lines.append(f"{r['category']:<12}{r['concurrency']:>5}{_fmt(r['base_tok_s'], '.1f'):>13}"
+                     f"{_fmt(r['spec_tok_s'], '.1f'):>12}{_fmt(r['speedup']):>9}{_fmt(r['predicted_speedup']):>11}"
+                     f"{_fmt(r['accept_length']):>8}")
+    lines.append("crossover (speedup falls to 1):")
+    for cat, c in cmp["crossover"].items():
+        lines.append(f"  {cat:<12} measured: {c['measured'].get('text', c['measured']['status'])}; "
+                     f"predicted: {c['predicted'].get('text', c['predicted']['status'])}")
+    lines.append(f"prediction = accept length x plain step time / speculative step time (speedup_from_costs, "
+                 f"drafting inside the speculative step); step costs from {cmp['cost_source']}")
+    return "\n".join(lines)
+
+
+def plot_comparison(base: dict, spec: dict, cmp: dict, out_dir: str | Path) -> list[Path]:
+    """Throughput and ITL against concurrency (plain and speculative), speedup measured and predicted,
+    and accept length by category; PNG files in out_dir."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    cats = [c for c in dict.fromkeys(r["category"] for r in cmp["rows"]) if c != ALL]
+    paths = []
+
+    def save(fig, name):
+        FigureCanvasAgg(fig)
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=110)
+        paths.append(out / name)
+
+    for metric, label, name in (("output_tok_s", "output tokens/s", "throughput.png"),
+                                ("itl_s", "ITL p50 (ms)", "itl.png")):
+        fig = Figure(figsize=(6, 4))
+        ax = fig.add_subplot()
+        for i, cat in enumerate(cats):
+            for result, style, who in ((base, "--", "plain"), (spec, "-", "speculative")):
+                pts = sorted((r["concurrency"], r[metric] if metric != "itl_s" else (r[metric] or {}).get("p50"))
+                             for r in result["runs"] if r["category"] == cat)
+                pts = [(c, v * 1000 if metric == "itl_s" else v) for c, v in pts if v is not None]
+                if pts:
+                    ax.plot(*zip(*pts), style, marker="o", color=f"C{i}", label=f"{cat}, {who}")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrency")
+        ax.set_ylabel(label)
+        ax.legend(fontsize=7)
+        save(fig, name)
+
+    fig = Figure(figsize=(6, 4))
+    ax = fig.add_subplot()
+    for i, cat in enumerate(cats + ([ALL] if len(cats) > 1 else [])):
+        rows = [r for r in cmp["rows"] if r["category"] == cat]
+        color = "black" if cat == ALL else f"C{i}"
+        ax.plot([r["concurrency"] for r in rows], [r["speedup"] for r in rows], "-o", color=color, label=f"{cat} measured")
+        pred = [(r["concurrency"], r["predicted_speedup"]) for r in rows if r["predicted_speedup"] is not None]
+        if pred:
+            ax.plot(*zip(*pred), ":x", color=color, label=f"{cat} predicted")
+    ax.axhline(1.0, color="gray", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("concurrency")
+    ax.set_ylabel("speedup over plain")
+    ax.legend(fontsize=7)
+    save(fig, "speedup.png")
+
+    fig = Figure(figsize=(5, 3.5))
+    ax = fig.add_subplot()
+    taus = [accept_length_of([r for r in spec["runs"] if r["category"] == cat]) or 0.0 for cat in cats]
+    ax.bar(cats, taus, color=[f"C{i}" for i in range(len(cats))])
+    ax.set_ylabel("accept length (tokens per verify)")
+    ax.set_title("accept length by category (all concurrencies)", fontsize=9)
+    save(fig, "accept_length.png")
+    return paths

@@ -1,0 +1,290 @@
+"""Start a server and make sure it stops: its own session and process group, its log in a file, a
+wait for /health_generate, SIGTERM to the group then SIGKILL, and no process left behind after an
+exception, Ctrl-C, or the launching Python's exit (atexit) or death (a pid file the next launch reaps).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+from tqdm.auto import tqdm
+
+from specdec.serving.client import Client
+from specdec.serving.launch import LaunchConfig
+
+RUN_DIR_ENV = "SPECDEC_RUN_DIR"  # where pid files and logs go (default ~/.cache/specdec/servers)
+HEALTH_PATH = "/health_generate"  # SGLang answers 503 here until it can generate
+
+
+@dataclass(frozen=True)
+class ServerCommand:
+    """Any server command line; "{host}" and "{port}" in argv are filled in at launch."""
+
+    argv: tuple[str, ...]
+    host: str = "127.0.0.1"
+    port: int | None = None
+    api_key: str | None = None
+
+
+class ServerError(RuntimeError):
+    """The server did not come up (or died): the message ends with the last lines of its log."""
+
+    def __init__(self, message: str, log_path: Path | None = None, log_tail: str = ""):
+        self.log_path, self.log_tail = log_path, log_tail
+        where = f" (log: {log_path})" if log_path else ""
+        super().__init__(f"{message}{where}" + (f"\n--- last lines of the log ---\n{log_tail}" if log_tail else ""))
+
+
+def run_dir() -> Path:
+    d = Path(os.environ.get(RUN_DIR_ENV) or Path.home() / ".cache" / "specdec" / "servers")
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+# ----- processes, read from /proc where there is one (Linux); os.kill(pid, 0) elsewhere
+def _stat(pid: int) -> list[str] | None:
+    """Fields 3.. of /proc/PID/stat (state, ppid, pgrp, session, ...), or None if gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    return raw[raw.rindex(")") + 2:].split()
+
+
+def start_ticks(pid: int) -> int | None:
+    """When the process started (clock ticks since boot): tells a pid from a reused one."""
+    st = _stat(pid)
+    return int(st[19]) if st else None
+
+
+def pid_alive(pid: int) -> bool:
+    """Running (a zombie waiting for its parent does not count)."""
+    if Path("/proc").is_dir():
+        st = _stat(pid)
+        return st is not None and st[0] not in ("Z", "X")
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def session_members(sid: int, since_ticks: int | None = None) -> list[int]:
+    """Live processes of session `sid` (the server and everything it started), started at or after since_ticks."""
+    if not Path("/proc").is_dir():
+        try:
+            os.killpg(sid, 0)  # the group is the session's leader group: the best we can see here
+            return [sid]
+        except (ProcessLookupError, PermissionError):
+            return []
+    out = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        st = _stat(int(p.name))
+        if st and int(st[3]) == sid and st[0] not in ("Z", "X") and (since_ticks is None or int(st[19]) >= since_ticks):
+            out.append(int(p.name))
+    return out
+
+
+def _signal_session(sid: int, sig: int, since_ticks: int | None) -> None:
+    try:
+        os.killpg(sid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for pid in session_members(sid, since_ticks):  # members that moved to a process group of their own
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def kill_session(sid: int, grace: float, since_ticks: int | None = None, leader: subprocess.Popen | None = None) -> bool:
+    """SIGTERM to the session, SIGKILL after `grace` seconds; True once nothing of it is left."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
+        _signal_session(sid, sig, since_ticks)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if leader is not None:
+                leader.poll()  # reap it, or it stays a zombie
+            if not session_members(sid, since_ticks):
+                return True
+            time.sleep(0.02)
+    return not session_members(sid, since_ticks)
+
+
+# ----- the server handle
+class Server:
+    """A started server; a context manager that stops it. `url`, `pid`, `log_path`, `client()`."""
+
+    def __init__(self, argv: list[str], url: str, process: subprocess.Popen, log_path: Path, pid_file: Path,
+                 api_key: str | None, grace: float):
+        self.argv, self.url, self.process, self.log_path = argv, url, process, log_path
+        self.pid, self.pid_file, self.api_key, self.grace = process.pid, pid_file, api_key, grace
+        self.ticks = start_ticks(self.pid)
+        self.stopped = False
+
+    def __repr__(self) -> str:
+        state = "stopped" if self.stopped else ("running" if self.alive() else f"exited {self.process.returncode}")
+        return f"Server({self.url}, pid {self.pid}, {state}, log {self.log_path})"
+
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def client(self, timeout: float = 600.0) -> Client:
+        return Client(self.url, api_key=self.api_key, timeout=timeout)
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self, grace: float | None = None) -> None:
+        """SIGTERM to the server's session, SIGKILL after the grace period; safe to call twice."""
+        if self.stopped:
+            return
+        clean = kill_session(self.pid, self.grace if grace is None else grace, self.ticks, self.process)
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        if clean:
+            self.stopped = True
+            self.pid_file.unlink(missing_ok=True)
+            _LIVE.pop(self.pid, None)
+
+    def wait_healthy(self, timeout: float, progress: bool = True) -> None:
+        """Poll /health_generate until 200; raise ServerError if the server exits or time runs out."""
+        t0 = time.monotonic()
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        with tqdm(total=round(timeout), unit="s", desc=f"starting {self.url}", disable=not progress, leave=False,
+                  bar_format="{desc}: {n:.0f}/{total:.0f} s") as bar:
+            while True:
+                if self.process.poll() is not None:
+                    raise ServerError(f"server exited with status {self.process.returncode} before it was healthy",
+                                      self.log_path, self.log_tail())
+                elapsed = time.monotonic() - t0
+                if elapsed > timeout:
+                    raise ServerError(f"server not healthy after {timeout:.0f} s", self.log_path, self.log_tail())
+                try:
+                    r = requests.get(self.url + HEALTH_PATH, headers=headers, timeout=min(10.0, timeout - elapsed + 0.1))
+                    if r.status_code == 200:
+                        return
+                except requests.RequestException:
+                    pass  # the port is not open yet
+                bar.update(min(timeout, time.monotonic() - t0) - bar.n)
+                time.sleep(0.05 if elapsed < 2 else 0.5)
+
+
+_LIVE: dict[int, Server] = {}
+
+
+def _stop_all() -> None:
+    for server in list(_LIVE.values()):
+        server.stop(grace=5.0)
+
+
+atexit.register(_stop_all)
+
+
+def launch(spec: LaunchConfig | ServerCommand, *, timeout: float = 600.0, env: dict[str, str] | None = None,
+           log_path: str | Path | None = None, grace: float = 15.0, progress: bool = True,
+           version: str | None = None) -> Server:
+    """Start a server and wait until it can generate; use as `with launch(cfg) as server:` or stop() it.
+
+    `env` is added to the server's environment (e.g. SGLANG_SIMULATE_ACC_LEN, SGLANG_RECORD_STEP_TIME).
+    `version` picks the SGLang command-line spelling (default: the installed SGLang).
+    """
+    reap_stale()
+    port = spec.port or free_port(spec.host)
+    if isinstance(spec, LaunchConfig):
+        argv = spec.replace(port=port).command(version)
+    else:
+        argv = [a.format(host=spec.host, port=port) for a in spec.argv]
+    url_host = "127.0.0.1" if spec.host in ("0.0.0.0", "::", "") else spec.host
+    url = f"http://{url_host}:{port}"
+    folder = run_dir()
+    log_path = Path(log_path) if log_path else folder / f"server-{port}-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    with open(log_path, "w") as log:
+        log.write(f"# {' '.join(argv)}\n")
+        log.flush()
+        try:
+            process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                       start_new_session=True, env={**os.environ, **(env or {})})
+        except OSError as exc:
+            raise ServerError(f"cannot start {argv[0]}: {exc}") from None
+    pid_file = folder / f"{process.pid}.json"
+    server = Server(argv, url, process, log_path, pid_file, spec.api_key, grace)
+    _LIVE[process.pid] = server
+    pid_file.write_text(json.dumps({"pid": process.pid, "ticks": server.ticks, "owner": os.getpid(),
+                                    "owner_ticks": start_ticks(os.getpid()), "argv": argv, "url": url,
+                                    "log": str(log_path)}))
+    try:
+        server.wait_healthy(timeout, progress)
+    except BaseException:  # a timeout, a crash, Ctrl-C: the server must not outlive the attempt
+        server.stop(grace=min(grace, 5.0))
+        raise
+    return server
+
+
+def reap_stale(folder: Path | None = None, grace: float = 5.0) -> list[int]:
+    """Stop servers whose launching Python died without stopping them; returns their pids.
+
+    A server is only killed while its pid still belongs to the process we started (same start
+    time); a server whose launcher still runs (another notebook) is left alone.
+    """
+    reaped = []
+    for f in sorted((folder or run_dir()).glob("*.json")):
+        try:
+            rec = json.loads(f.read_text())
+            pid, ticks, owner, owner_ticks = int(rec["pid"]), rec.get("ticks"), int(rec["owner"]), rec.get("owner_ticks")
+        except (ValueError, KeyError, TypeError, OSError):
+            f.unlink(missing_ok=True)
+            continue
+        if owner == os.getpid() or (pid_alive(owner) and start_ticks(owner) == owner_ticks):
+            continue
+        if ticks is None:  # no /proc: the pid must still lead its own group, as our servers do
+            ours = pid_alive(pid) and _same_group(pid)
+        else:  # the leader is gone or still the process we started; its session's processes are younger
+            ours = start_ticks(pid) in (None, ticks) and bool(session_members(pid, ticks))
+        if ours:
+            kill_session(pid, grace, ticks)
+            reaped.append(pid)
+        f.unlink(missing_ok=True)
+    return reaped
+
+
+def _same_group(pid: int) -> bool:
+    try:
+        return os.getpgid(pid) == pid  # our servers lead their own group
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+__all__ = ["HEALTH_PATH", "RUN_DIR_ENV", "Server", "ServerCommand", "ServerError", "free_port", "launch",
+           "pid_alive", "reap_stale", "run_dir", "session_members", "start_ticks"]

@@ -1,0 +1,160 @@
+"""The benchmark: a sweep against stand-in servers whose step cost grows with the batch (so that
+speculation stops paying at a known concurrency), the comparison, the crossover, the prediction from
+step costs (step_time_dict or measured TPOT), the plots, and the command line."""
+
+import json
+import math
+import sys
+
+import pytest
+
+from specdec.cli import main as cli
+from specdec.serving.bench import SweepConfig, format_sweep, percentiles, run_sweep
+from specdec.serving.compare import SOURCE_MEASURED, SOURCE_STEP_TIME, compare, crossover, plot_comparison
+from specdec.serving.lifecycle import RUN_DIR_ENV, launch
+from test_launch_lifecycle import standin
+
+# Seconds per chunk = A + B x streams in flight. A request of 8 tokens takes 7 plain steps after its
+# first token, or 3 speculative ones (chunks 1, 3, 2, 2), which cost more per extra request:
+# 8 (A + Bp c) = 4 (A + Bs c) at c = 3 (the first token waits too); speedup about 1.4 at c = 1, 0.5 at 16.
+A, B_PLAIN, B_SPEC = 0.006, 0.0005, 0.003
+
+
+@pytest.fixture(scope="module")
+def sweeps(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    mp.setenv(RUN_DIR_ENV, str(tmp_path_factory.mktemp("run")))
+    out = {}
+    cfg = dict(categories=("code", "open"), concurrency=(1, 4, 16), max_new_tokens=8, warmup=1)
+    for name, options in (("base", ["--plain", "--step-cost", f"{A},{B_PLAIN}"]), ("spec", ["--step-cost", f"{A},{B_SPEC}"])):
+        with launch(standin(*options), progress=False) as server:
+            out[name] = run_sweep(SweepConfig(server.url, **cfg), progress=False)
+    mp.undo()
+    return out
+
+
+@pytest.mark.slow
+def test_a_sweep_reports_every_run_from_the_servers_counts(sweeps):
+    spec = sweeps["spec"]
+    assert [(r["category"], r["concurrency"]) for r in spec["runs"]] == [
+        ("code", 1), ("open", 1), ("code", 4), ("open", 4), ("code", 16), ("open", 16)]
+    for r in spec["runs"]:
+        n = max(2 * r["concurrency"], 8)
+        assert r["errors"] == 0 and r["requests_ok"] == n and r["output_tokens"] == n * 8 and r["flushed"]
+        # 8 tokens in chunks 1, 3, 2, 2 (cut at max_new_tokens): 7 tokens over 3 verify steps per request
+        assert r["accept_length"] == pytest.approx(7 / 3) and r["accept_length_sglang"] == pytest.approx(8 / 3)
+        assert r["ttft_s"]["p50"] > 0 and r["itl_s"]["p99"] >= r["itl_s"]["p50"] and r["tpot_s"]["p50"] > 0
+        assert r["metrics_accept_length"] is None  # the stand-in's counters do not move
+        assert len(r["records"]) == n
+    assert all(r["accept_length"] is None for r in sweeps["base"]["runs"])
+    table = format_sweep(spec)
+    assert "EAGLE" in table and table.count("\n") >= 7
+    json.dumps(spec)
+
+
+@pytest.mark.slow
+def test_speculation_stops_paying_where_the_step_costs_say(sweeps):
+    cmp = compare(sweeps["base"], sweeps["spec"])
+    assert cmp["cost_source"] == SOURCE_MEASURED
+    at = {(r["category"], r["concurrency"]): r for r in cmp["rows"]}
+    assert at[("all", 1)]["speedup"] > 1.05 and at[("all", 16)]["speedup"] < 0.85
+    for cat in ("code", "open", "all"):
+        for kind in ("measured", "predicted"):
+            c = cmp["crossover"][cat][kind]
+            assert c["status"] == "crosses" and 1.5 < c["concurrency"] < 12, (cat, kind, c)
+    # the prediction is Lab 1's formula on the measured costs: tau x t_plain / t_spec_step
+    r, (tp, ts) = at[("code", 4)], cmp["step_costs"]["4"].values()
+    assert r["predicted_speedup"] == pytest.approx(r["accept_length"] * tp / ts)
+
+
+@pytest.mark.slow
+def test_plots_and_the_compare_command(sweeps, tmp_path, capsys):
+    base, spec = tmp_path / "base.json", tmp_path / "spec.json"
+    base.write_text(json.dumps(sweeps["base"]))
+    spec.write_text(json.dumps(sweeps["spec"]))
+    assert cli(["bench", "--compare", str(base), str(spec), "--json", str(tmp_path / "cmp.json")]) == 0
+    out = capsys.readouterr().out
+    assert "stops paying at concurrency" in out and "predicted" in out and "step costs from" in out
+    folder = tmp_path / "spec-vs-base-plots"
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == ["accept_length.png", "itl.png", "speedup.png", "throughput.png"]
+    assert all((folder / n).read_bytes()[:4] == b"\x89PNG" for n in names)
+    assert json.loads((tmp_path / "cmp.json").read_text())["crossover"]["all"]["measured"]["status"] == "crosses"
+
+
+def test_the_bench_command_writes_a_sweep(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(RUN_DIR_ENV, str(tmp_path))
+    with launch(standin("--chunk-delay", "0.001"), progress=False) as server:
+        code = cli(["bench", "--url", server.url, "--categories", "predictable", "--concurrency", "1,2",
+                    "--max-new-tokens", "8", "--requests-per-run", "2", "--out", str(tmp_path / "s.json"), "--quiet"])
+    assert code == 0 and "predictable" in capsys.readouterr().out
+    assert len(json.loads((tmp_path / "s.json").read_text())["runs"]) == 2
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["bench"], "give --url"),
+    (["bench", "--url", "http://x", "--concurrency", "1,two"], "comma-separated integers"),
+    (["bench", "--url", "http://x", "--categories", "poetry"], "unknown prompt category 'poetry'"),
+    (["bench", "--url", "http://x", "--max-new-tokens", "1"], "max_new_tokens must be >= 2"),
+    (["bench", "--compare", "/no/such.json", "/no/such.json"], "cannot read sweep /no/such.json"),
+])
+def test_bad_bench_input_is_one_line(argv, message, capsys):
+    assert cli(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_unreachable_server_is_one_line(capsys):
+    assert cli(["bench", "--url", "http://127.0.0.1:9", "--quiet"]) == 1
+    assert "cannot reach http://127.0.0.1:9" in capsys.readouterr().out
+
+
+def test_crossover_interpolates_in_log_concurrency():
+    assert crossover([(1, 2.0), (4, 0.5)])["concurrency"] == pytest.approx(4 ** (2 / 3))
+    assert crossover([(8, 1.0), (1, 1.5), (4, 1.2)])["concurrency"] == pytest.approx(8.0)
+    assert crossover([(1, 0.9), (2, 1.1)])["status"] == "never pays"
+    assert crossover([(1, 1.9), (32, 1.1)])["status"] == "always pays"
+    assert crossover([(1, None)])["status"] == "no data"
+
+
+def _sweep(tok_s: dict, tau: float | None, step_time=None, cap=None) -> dict:
+    runs = [{"category": "code", "concurrency": c, "output_tok_s": v, "output_tokens": int(v), "wall_s": 1.0,
+             "accept_length": tau, "spec_verify_ct": 10 if tau else None, "spec_requests": 1 if tau else 0,
+             "spec_completion_tokens": int(1 + 10 * tau) if tau else None, "itl_s": None, "records": []}
+            for c, v in tok_s.items()]
+    return {"url": "u", "server": {"num_draft_tokens": 4, "max_running_requests": cap}, "step_time": step_time or {},
+            "runs": runs}
+
+
+def test_the_prediction_uses_step_time_dict_when_both_sweeps_recorded_it():
+    base = _sweep({1: 100.0, 8: 600.0, 64: 2000.0}, None, {"1": 0.010, "16": 0.016})
+    spec = _sweep({1: 200.0, 8: 700.0, 64: 1500.0}, 2.5, {"1": 0.0125, "16": 0.040}, cap=16)
+    cmp = compare(base, spec)
+    assert cmp["cost_source"] == SOURCE_STEP_TIME
+    pred = {r["concurrency"]: r["predicted_speedup"] for r in cmp["rows"] if r["category"] == "code"}
+    assert pred[1] == pytest.approx(2.5 * 0.010 / 0.0125)
+    # batch 8 interpolated between the recorded batch sizes 1 and 16
+    assert pred[8] == pytest.approx(2.5 * (0.010 + 7 / 15 * 0.006) / (0.0125 + 7 / 15 * 0.0275))
+    assert pred[64] == pytest.approx(2.5 * 0.016 / 0.040)  # capped at the server's 16 running requests
+    assert cmp["crossover"]["code"]["predicted"]["status"] == "crosses"
+    assert math.isclose(cmp["rows"][0]["speedup"], 2.0)
+
+
+def test_without_step_times_and_records_there_is_no_prediction():
+    cmp = compare(_sweep({1: 100.0}, None), _sweep({1: 150.0}, 2.0))
+    assert cmp["rows"][0]["predicted_speedup"] is None and cmp["crossover"]["code"]["predicted"]["status"] == "no data"
+    with pytest.raises(ValueError, match="share no"):
+        compare(_sweep({1: 100.0}, None), _sweep({2: 150.0}, 2.0))
+
+
+def test_percentiles():
+    assert percentiles([]) is None and percentiles([None]) is None
+    p = percentiles([1.0, 2.0, 3.0, 4.0])
+    assert p["p50"] == 2.5 and p["mean"] == 2.5 and p["p99"] <= 4.0
+
+
+@pytest.mark.slow
+def test_plot_function_keeps_pyplot_out(sweeps, tmp_path):
+    cmp = compare(sweeps["base"], sweeps["spec"])
+    plot_comparison(sweeps["base"], sweeps["spec"], cmp, tmp_path)
+    assert "matplotlib.pyplot" not in sys.modules or sys.modules["matplotlib.pyplot"].get_fignums() == []
