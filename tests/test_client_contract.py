@@ -11,7 +11,6 @@ import time
 
 import pytest
 
-from specdec.cli import COMMANDS
 from specdec.serving.client import Client, ClientError
 from specdec.serving.launch import LaunchConfig, parse_version
 from specdec.serving.lifecycle import launch
@@ -29,8 +28,6 @@ def server():
         key = os.environ.get("SPECDEC_SGLANG_API_KEY")
         yield Client(url, api_key=key, timeout=300), key
         return
-    if "serve" not in COMMANDS:  # branch `serving` only: delete these two lines once `specdec serve` is merged
-        pytest.skip("local server: `specdec serve` is not in this branch yet (set SPECDEC_SGLANG_URL to test a real node)")
     cfg = LaunchConfig("tiny", "NEXTN", num_steps=3, topk=1, num_draft_tokens=4, backend="specdec", api_key=LOCAL_KEY)
     with launch(cfg, timeout=300, progress=False) as s:
         yield s.client(timeout=300), LOCAL_KEY

@@ -2,7 +2,8 @@
 the launching Python killed), a server that ignores SIGTERM, a crash while starting, atexit.
 
 Processes are checked by pid (/proc, or os.kill(pid, 0)); zombies count as gone.
-`server_spec` is the server of the generic tests: a stand-in until `specdec serve` is in the tree.
+The generic tests start the real `specdec serve`; a stand-in server (tests/fixtures/standin_server.py)
+plays the misbehaving ones (slow to start, deaf to SIGTERM, crashing).
 """
 
 import _thread
@@ -19,8 +20,9 @@ from pathlib import Path
 import pytest
 
 from specdec.serving.client import Client, ClientError
-from specdec.serving.lifecycle import (RUN_DIR_ENV, ServerCommand, ServerError, launch, pid_alive, reap_stale,
-                                       session_members, start_ticks)
+from specdec.serving.launch import LaunchConfig
+from specdec.serving.lifecycle import (RUN_DIR_ENV, ServerCommand, ServerError, free_port, launch, pid_alive,
+                                       reap_stale, session_members, start_ticks)
 
 STANDIN = Path(__file__).parent / "fixtures" / "standin_server.py"
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,9 +35,21 @@ def standin(*options: str, api_key: str | None = None) -> ServerCommand:
 
 @pytest.fixture
 def server_spec():
-    """The server the generic tests start. With `specdec serve` in the tree, return
-    LaunchConfig(model="tiny", algorithm="NEXTN", num_steps=3, topk=1, num_draft_tokens=4, backend="specdec")."""
-    return standin("--spawn-child")
+    """The server the generic tests start: `specdec serve` with the tiny zoo's MTP layer (NEXTN)."""
+    return LaunchConfig(model="tiny", algorithm="NEXTN", num_steps=3, topk=1, num_draft_tokens=4, backend="specdec")
+
+
+def processes_with(arg: str) -> list[int]:
+    """Live processes whose command line holds `arg` (read from /proc)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if arg in (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace") and pid_alive(int(d.name)):
+                    out.append(int(d.name))
+            except OSError:
+                pass
+    return out
 
 
 @pytest.fixture(autouse=True)
@@ -70,6 +84,18 @@ def test_ten_start_stop_cycles_leave_no_process(server_spec, run_dir):
         assert_gone(members)
     assert len(seen) >= 10 and len(urls) >= 2  # a server per cycle, on free ports
     assert not list(run_dir.glob("*.json")), "a pid file outlived its server"
+
+
+def test_specdec_serve_killed_mid_start_leaves_no_process(server_spec):
+    """The real server, given too little time to come up (its Python is still importing torch)."""
+    port = free_port()
+    with pytest.raises(ServerError) as err:
+        launch(server_spec.replace(port=port), timeout=0.5, progress=False)
+    assert "specdec" in err.value.log_tail or err.value.log_path is not None
+    deadline = time.monotonic() + 5
+    while processes_with(f"--port {port}") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert processes_with(f"--port {port}") == []
 
 
 def test_timeout_mid_start_kills_the_server_and_reports_its_log():

@@ -185,7 +185,7 @@ def generate_response(request: Request, p: Progress, speculative: bool, k: int) 
 
 
 # -- OpenAI-compatible ----------------------------------------------------------------------------
-def _openai_common(data: dict, engine: Engine) -> tuple[SamplingParams, tuple, bool, bool, bool]:
+def _openai_common(data: dict, engine: Engine) -> tuple[SamplingParams, tuple, bool, dict, bool]:
     _neutral_or_fail(data, {"n": 1, "logprobs": None, "echo": False, "frequency_penalty": 0.0,
                             "presence_penalty": 0.0})
     stream = data.get("stream", False)
@@ -193,13 +193,14 @@ def _openai_common(data: dict, engine: Engine) -> tuple[SamplingParams, tuple, b
     opts = {} if opts is None else opts
     if not isinstance(stream, bool) or not isinstance(opts, dict):
         raise BadRequest("stream must be true or false and stream_options an object")
+    _unknown(opts, {"include_usage", "continuous_usage_stats"}, "stream_options")
     trace = data.get("return_spec_trace", False)
     key = "max_completion_tokens" if "max_completion_tokens" in data else "max_tokens"
     params, stops = sampling(data, engine, key, {"max_new_tokens": 16 if key == "max_tokens" else 128})
-    return params, stops, stream, bool(opts.get("include_usage")), bool(trace)
+    return params, stops, stream, {k: bool(v) for k, v in opts.items()}, bool(trace)
 
 
-def parse_completion(data: dict, tokenizer, engine: Engine) -> tuple[Request, bool, bool]:
+def parse_completion(data: dict, tokenizer, engine: Engine) -> tuple[Request, bool, dict]:
     _unknown(data, COMPLETION_KEYS, "the request")
     if "prompt" not in data:
         raise BadRequest("missing prompt")
@@ -225,7 +226,7 @@ def chat_prompt(messages, tokenizer) -> str:
     return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"
 
 
-def parse_chat(data: dict, tokenizer, engine: Engine) -> tuple[Request, bool, bool]:
+def parse_chat(data: dict, tokenizer, engine: Engine) -> tuple[Request, bool, dict]:
     _unknown(data, CHAT_KEYS, "the request")
     if "messages" not in data:
         raise BadRequest("missing messages")
@@ -264,18 +265,22 @@ def completion_response(request: Request, p: Progress, model: str, chat: bool) -
     return out
 
 
-def stream_chunk(request: Request, model: str, chat: bool, delta: str, p: Progress | None = None,
-                 first: bool = False) -> dict:
-    """One chunk of a streamed OpenAI answer: new text, and the finish reason on the last."""
-    reason, matched = openai_finish(p) if p is not None else (None, None)
+def stream_chunk(request: Request, model: str, chat: bool, delta: str, p: Progress, done: bool = False,
+                 first: bool = False, with_usage: bool = False) -> dict:
+    """One chunk of a streamed OpenAI answer: new text, the finish reason on the last, and with
+    stream_options.continuous_usage_stats the token counts so far."""
+    reason, matched = openai_finish(p) if done else (None, None)
     if chat:
         piece = {"role": "assistant", "content": delta} if first else {"content": delta}
         choice = {"index": 0, "delta": piece, "finish_reason": reason, "matched_stop": matched}
     else:
         choice = {"index": 0, "text": delta, "logprobs": None, "finish_reason": reason, "matched_stop": matched}
-    return {"id": f"{'chatcmpl' if chat else 'cmpl'}-{request.rid}",
-            "object": "chat.completion.chunk" if chat else "text_completion", "created": int(time.time()),
-            "model": model, "choices": [choice]}
+    out = {"id": f"{'chatcmpl' if chat else 'cmpl'}-{request.rid}",
+           "object": "chat.completion.chunk" if chat else "text_completion", "created": int(time.time()),
+           "model": model, "choices": [choice]}
+    if with_usage:
+        out["usage"] = usage(request, p)
+    return out
 
 
 def usage_chunk(request: Request, p: Progress, model: str, chat: bool) -> dict:

@@ -135,7 +135,7 @@ def build_app(scheduler: Scheduler, args: ServerArgs, api_key: str | None = None
     # -- OpenAI-compatible -----------------------------------------------------------------------
     async def openai(request: HTTPRequest, chat: bool):
         parse = protocol.parse_chat if chat else protocol.parse_completion
-        req, stream, include_usage = parse(await body(request), tokenizer, engine)
+        req, stream, options = parse(await body(request), tokenizer, engine)
         handle = scheduler.submit(req)
         model = args.served_model_name
         if not stream:
@@ -147,8 +147,9 @@ def build_app(scheduler: Scheduler, args: ServerArgs, api_key: str | None = None
             async for p in events(handle, request):
                 text = p.text if p.finish_reason is not None else p.text.rstrip("\ufffd")  # half a character
                 first, delta, sent, last = last is None, text[len(sent):], text, p
-                yield sse(protocol.stream_chunk(req, model, chat, delta, p if p.finish_reason else None, first))
-            if last is not None and include_usage:
+                yield sse(protocol.stream_chunk(req, model, chat, delta, p, p.finish_reason is not None, first,
+                                                options.get("continuous_usage_stats", False)))
+            if last is not None and options.get("include_usage"):
                 yield sse(protocol.usage_chunk(req, last, model, chat))
             yield sse("[DONE]")
 
