@@ -1,4 +1,5 @@
 import os
+import tempfile
 
 import pytest
 import torch
@@ -6,6 +7,8 @@ import torch
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no test may download anything
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# servers the tests launch keep their logs and pid files here, not in the user's ~/.cache
+os.environ.setdefault("SPECDEC_RUN_DIR", tempfile.mkdtemp(prefix="specdec-test-servers-"))
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
 

@@ -137,6 +137,7 @@ def test_the_same_config_renders_specdec_serve(algorithm, extra, name, k):
     assert cmd[:4] == ["python", "-m", "specdec", "serve"]
     f = flags(cmd)
     assert f["--model"] == "tiny" and f["--speculative-algorithm"] == name and f.get("--k") == k
+    assert f.get("--speculative-draft-model-path") == extra.get("draft")  # the draft or EAGLE head to load
     assert f["--port"] == "8123" and f["--host"] == "127.0.0.1" and f["--api-key"] == "k" and f["--max-running-requests"] == "8"
     assert not any("cuda" in x or "mem-fraction" in x for x in f)  # GPU settings do not apply to specdec serve
 

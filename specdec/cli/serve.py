@@ -26,7 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="none, mtp (NEXTN: the target's MTP layer), eagle, draft (STANDALONE), ngram, heads")
     p.add_argument("--k", "--speculative-num-steps", dest="k", type=int, default=4, help="drafts per step")
     p.add_argument("--draft", "--speculative-draft-model-path", dest="draft", default=None,
-                   help="draft model for --speculative-algorithm draft, when the model has none beside it")
+                   help="the draft model (draft) or EAGLE head directory (eagle), when the model has none beside it")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=30000, help="port (0: any free port; default 30000, as SGLang)")
     p.add_argument("--max-running-requests", type=int, default=8, help="rows of the running batch; more wait")
@@ -48,7 +48,9 @@ def main(args: argparse.Namespace) -> int:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = getattr(torch, args.dtype or ("bfloat16" if device.startswith("cuda") else "float32"))
     try:
-        bundle = load_bundle(args.model, PARTS.get(method, ()), device=device, dtype=dtype, draft=args.draft)
+        bundle = load_bundle(args.model, PARTS.get(method, ()), device=device, dtype=dtype,
+                             draft=args.draft if method == "draft" else None,
+                             eagle=args.draft if method == "eagle" else None)
         engine = Engine(bundle, method, k=args.k, max_batch=args.max_running_requests, max_len=args.context_length,
                         cuda_graphs=args.cuda_graphs)
         sock = bind(args.host, args.port)

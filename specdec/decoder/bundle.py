@@ -85,12 +85,18 @@ def _download(repo_id: str) -> Path:
 
 
 def load_bundle(spec: str | Path | dict[str, Path], parts: tuple[str, ...] = PARTS, device="cpu",
-                dtype=torch.float32, draft: str | Path | None = None, name: str | None = None) -> ModelBundle:
+                dtype=torch.float32, draft: str | Path | None = None, eagle: str | Path | None = None,
+                name: str | None = None) -> ModelBundle:
     """Load the target and the requested helper parts; a part that is absent stays None.
-    `spec`: a directory, a hub id, or {part: directory} (what specdec.zoo resolves a name to)."""
+    `spec`: a directory, a hub id, or {part: directory} (what specdec.zoo resolves a name to);
+    `draft` and `eagle` replace the draft model and EAGLE head found beside the target."""
     paths = dict(spec) if isinstance(spec, dict) else model_paths(spec, draft)
     if isinstance(spec, dict) and draft:
         paths["draft"] = model_paths(draft)["target"]
+    if eagle:
+        if not (Path(eagle) / "config.json").is_file():
+            raise ModelNotFound(f"{eagle}: no config.json, not an EAGLE head directory")
+        paths["eagle"] = Path(eagle)
     try:
         target, mtp = load_transformer(paths["target"], dtype, device, with_mtp="mtp" in parts)
         b = ModelBundle(name=name or str(spec if not isinstance(spec, dict) else paths["target"]), target=target,

@@ -262,6 +262,8 @@ class LaunchConfig:
         if self.tp > 1 or self.dp > 1 or self.nnodes > 1:
             _fail("specdec serve runs one process on one device: tp, dp and nnodes must be 1")
         cmd = [python, "-m", "specdec", "serve", "--model", self.model, "--speculative-algorithm", SPECDEC_NAMES[a]]
+        if self.draft:
+            cmd += ["--speculative-draft-model-path", self.draft]
         if self.num_draft_tokens is not None:
             cmd += ["--k", str(self.num_draft_tokens - 1)]  # drafts per verify: the chain without its root
         cmd += ["--host", self.host]

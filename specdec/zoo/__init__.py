@@ -27,14 +27,15 @@ def resolve(spec: str) -> dict | str:
 
 
 def load_bundle(spec: str, parts: tuple[str, ...] = core.PARTS, device="cpu", dtype=torch.float32,
-                draft: str | None = None) -> ModelBundle:
-    """`--model tiny|DIR|HF_ID` (and `--draft` likewise) loaded onto a device."""
+                draft: str | None = None, eagle: str | None = None) -> ModelBundle:
+    """`--model tiny|DIR|HF_ID` loaded onto a device; `draft` (a zoo name or directory) replaces
+    the draft model found beside the target, `eagle` (a directory) its EAGLE head."""
     draft_dir = None
     if draft:
         d = resolve(draft)
         draft_dir = d["target"] if isinstance(d, dict) else d
     try:
-        return core.load_bundle(resolve(spec), parts, device, dtype, draft=draft_dir, name=spec)
+        return core.load_bundle(resolve(spec), parts, device, dtype, draft=draft_dir, eagle=eagle, name=spec)
     except ModelNotFound as exc:
         if find_zoo(spec) is not None and "rebuild" not in str(exc):
             raise ModelNotFound(f"{exc}; {rebuild_hint(spec)}") from None
