@@ -37,6 +37,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
                    help="default: float32 on CPU, bfloat16 on CUDA")
     p.add_argument("--cuda-graphs", default="auto", choices=["auto", "on", "off"])
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch CPU threads (default 1: on a small machine shared with its clients, more threads spin "
+                        "against each other and a step can take ten times longer)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -45,6 +48,9 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError("--k and --max-running-requests must be >= 1")
     if not 0 <= args.port < 65536:
         raise UsageError(f"--port must be in 0..65535, got {args.port}")
+    if args.threads < 1:
+        raise UsageError(f"--threads must be >= 1, got {args.threads}")
+    torch.set_num_threads(args.threads)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = getattr(torch, args.dtype or ("bfloat16" if device.startswith("cuda") else "float32"))
     try:
@@ -65,7 +71,7 @@ def main(args: argparse.Namespace) -> int:
                              speculative_num_steps=None if method == "ar" else args.k, host=args.host, port=port,
                              max_running_requests=args.max_running_requests, context_length=engine.max_len,
                              api_key_set=bool(args.api_key), device=device, dtype=str(dtype).removeprefix("torch."))
-    print(f"specdec serve: {args.model}, {describe(engine)}", flush=True)
+    print(f"specdec serve: {args.model}, {describe(engine)}, {torch.get_num_threads()} CPU thread(s)", flush=True)
     print(f"specdec serve: listening on http://{args.host}:{port}", flush=True)
     run(Scheduler(engine, bundle.tokenizer), server_args, sock, args.api_key)
     print("specdec serve: stopped", file=sys.stderr, flush=True)

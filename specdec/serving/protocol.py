@@ -154,7 +154,7 @@ def parse_generate(data: dict, tokenizer, engine: Engine) -> tuple[list[Request]
         prompts = [_prompt_ids(t, tokenizer, engine, "input_ids") for t in (raw if is_batch else [raw])]
     if is_batch and (stream or not prompts):
         raise BadRequest("a batch of prompts needs stream false and at least one prompt")
-    requests = [Request(p, params, stops, trace) for p in prompts]
+    requests = [Request(p, params, stops, trace, stream=stream) for p in prompts]
     for r in requests:
         check_fits(r, engine)
     return requests, is_batch, stream
@@ -208,7 +208,7 @@ def parse_completion(data: dict, tokenizer, engine: Engine) -> tuple[Request, bo
     prompt = data["prompt"]
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]  # a batch of one
-    request = Request(_prompt_ids(prompt, tokenizer, engine, "prompt"), params, stops, trace)
+    request = Request(_prompt_ids(prompt, tokenizer, engine, "prompt"), params, stops, trace, stream=stream)
     check_fits(request, engine)
     return request, stream, usage
 
@@ -232,7 +232,7 @@ def parse_chat(data: dict, tokenizer, engine: Engine) -> tuple[Request, bool, di
         raise BadRequest("missing messages")
     params, stops, stream, usage, trace = _openai_common(data, engine)
     request = Request(_prompt_ids(chat_prompt(data["messages"], tokenizer), tokenizer, engine, "messages"), params,
-                      stops, trace)
+                      stops, trace, stream=stream)
     check_fits(request, engine)
     return request, stream, usage
 

@@ -27,6 +27,7 @@ class Request:
     params: SamplingParams
     stop: tuple[str, ...] = ()  # stop strings: the output ends before the first one
     trace: bool = False  # keep each step's drafts and accepted count (the notebook colours them)
+    stream: bool = True  # send progress after every step (else only the final state)
     rid: str = ""
     arrived: float = field(default_factory=time.monotonic)
 
@@ -207,7 +208,8 @@ class Scheduler:
             p.accepted.append(len(up.tokens) - 1)
             if handle.request.trace:
                 p.trace.append({"drafts": up.drafts, "accepted": len(up.tokens) - 1, "tokens": up.tokens})
-        p.text = self.tokenizer.decode(p.output_ids)
+        if handle.request.stream or handle.request.stop or up.finished:  # the text is needed now
+            p.text = self.tokenizer.decode(p.output_ids)
         finish = self._stop_string(handle.request, p)
         if finish is None and up.finished:
             finish = ({"type": "stop", "matched": p.output_ids[-1]} if up.finished == "stop" else
@@ -217,7 +219,7 @@ class Scheduler:
             with self.cv:
                 del self.rows[up.slot]
             self._finish(handle, p, finish)
-        else:
+        elif handle.request.stream:
             handle.push(_copy(p))
 
     def _stop_string(self, request: Request, p: Progress) -> dict | None:
@@ -230,6 +232,8 @@ class Scheduler:
         return {"type": "stop", "matched": s}
 
     def _finish(self, handle: Handle, p: Progress, reason: dict) -> None:
+        if reason["type"] != "stop" or isinstance(reason.get("matched"), int):  # a stop string already cut the text
+            p.text = self.tokenizer.decode(p.output_ids)
         p.finish_reason, p.finished_at = reason, time.monotonic()
         handle.done = True
         handle.push(_copy(p))
