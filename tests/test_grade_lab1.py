@@ -1,10 +1,12 @@
 """Lab 1 end to end through `specdec grade`: the solution scores full marks, the generated lab
 zero, a planted wrong answer loses exactly its exercise's points, and labs/ agrees with solutions/.
 
-The three notebooks are graded in one run (module fixture); each test reads its entry.
+The notebooks are graded in one run (module fixture); each test reads its entry.
 """
 
 from __future__ import annotations
+
+import shutil
 
 import pytest
 from notebook_tools import REPO, grade_many, lab_points, plant_wrong_answer, specdec
@@ -23,8 +25,11 @@ def graded(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("lab1")
     wrong = tmp / "01_simulated_loop.ipynb"
     target = plant_wrong_answer(SOLUTION, wrong)
-    solution, lab, planted = grade_many([SOLUTION, LAB, wrong], tmp)
-    return dict(solution=solution, lab=lab, planted=planted, target=target)
+    (tmp / "again").mkdir()
+    again = tmp / "again" / "01_simulated_loop.ipynb"
+    shutil.copy(wrong, again)
+    solution, lab, planted, planted_again = grade_many([SOLUTION, LAB, wrong, again], tmp)
+    return dict(solution=solution, lab=lab, planted=planted, target=target, again=planted_again)
 
 
 def test_solution_scores_full_marks(graded):
@@ -46,6 +51,12 @@ def test_planted_wrong_answer_loses_exactly_its_points(graded):
     points = lab1_points()
     assert doc["score"] == sum(points.values()) - points[target], doc["tests"]
     assert {t["name"].split(":")[0]: t["score"] for t in doc["tests"]}[target] == 0.0
+
+
+def test_the_same_notebook_gets_the_same_grade(graded):
+    """The cases are seeded by exercise and notebook: the same feedback, p-values and first failures."""
+    assert graded["planted"]["tests"] == graded["again"]["tests"]
+    assert graded["planted"]["score"] < graded["planted"]["max_score"]
 
 
 def test_labs_agree_with_solutions():

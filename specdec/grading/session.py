@@ -27,6 +27,7 @@ GRACE_S = 2.0  # past a time limit the kernel gets this long to stop by itself, 
 
 _running: set[int] = set()  # process groups of the kernels running now (several with --jobs)
 _running_lock = threading.Lock()
+_stopping = threading.Event()  # Ctrl-C: no kernel may start any more
 
 
 class KernelGone(Exception):
@@ -76,7 +77,8 @@ def kill_group(pgid: int) -> None:
 
 
 def stop_all() -> None:
-    """Kill every running kernel: Ctrl-C reaches only the main thread, not the others' kernels."""
+    """Kill every running kernel and start no more: Ctrl-C reaches only the main thread."""
+    _stopping.set()
     with _running_lock:
         groups = list(_running)
     for pgid in groups:
@@ -101,6 +103,8 @@ class Kernel:
     """One kernel process and its channel."""
 
     def __init__(self, cwd: str, home: str, memory_bytes: int, deadline: float):
+        if _stopping.is_set():
+            raise KernelGone("was not started: grading was interrupted")
         self.deadline = deadline  # the notebook's total time limit
         self.alive = True
         self.next_id = 0
@@ -117,6 +121,8 @@ class Kernel:
             os.close(rep_w)
         with _running_lock:
             _running.add(self.proc.pid)
+        if _stopping.is_set():  # stop_all() ran while it started
+            kill_group(self.proc.pid)
         os.set_blocking(self.requests, False)
         self.replies = TimedReader(rep_r)
         self.output = OutputTail(self.proc.stdout)  # type: ignore[arg-type]
@@ -225,7 +231,7 @@ class KernelCaller:
         try:
             msg, buffers = self.kernel.request(header, enc.buffers, self.seconds)
         except KernelGone as exc:
-            raise CallFailed(f"your code ended the kernel while this exercise was being checked: it {exc}") from None
+            raise CallFailed(f"while this exercise was being checked, the kernel {exc}") from None
         try:
             return reply_of(msg, buffers)
         except (BadMessage, KeyError, TypeError, ValueError) as exc:
