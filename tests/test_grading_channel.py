@@ -103,6 +103,7 @@ def test_anything_else_is_not_data(value, words):
     ({"ndarray": {"dtype": "float64", "shape": [2], "buffer": 0}}, [b"\0" * 8]),  # bytes short of the shape
     ({"ndarray": {"dtype": "float64", "shape": [1], "buffer": 3}}, [b"\0" * 8]),  # no such buffer
     ({"ndarray": {"dtype": "float64", "shape": [-1], "buffer": 0}}, [b"\0" * 8]),
+    ({"ndarray": {"dtype": "float64", "shape": [2**62, 4], "buffer": 0}}, [b""]),  # 0 bytes if int64 overflowed
     ({"ndarray": {"dtype": "float64", "shape": "8", "buffer": 0}}, [b"\0" * 8]),
     ({"dict": [[[1], 2]]}, []),  # an unhashable key
     ({"rng": "seed"}, []),

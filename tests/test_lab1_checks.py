@@ -187,6 +187,15 @@ def test_wrong_return_types_get_clear_messages(seeded):
     assert res.score == 0.0 and "(tau, acceptance_rate)" in res.message
 
 
+def test_odd_answers_score_zero_and_never_break_the_grader(seeded):
+    res = run_check(get_exercise("lab1.q6"), {"best_k": lambda a, c, k_max: 10**400}, seed=seeded)
+    assert res.score == 0.0 and res.message
+    res = run_check(get_exercise("lab1.q3"), {"speculative_step": lambda p, q, d, rng: (0, [-1])}, seed=seeded)
+    assert res.score == 0.0 and "ids in 0.." in res.message  # -1 would index p's last token
+    res = run_check(get_exercise("lab1.q7"), {"acceptance_summary": lambda log, k: (float("nan"), None)}, seed=seeded)
+    assert res.score == 0.0 and "two numbers" in res.message
+
+
 def test_check_in_a_notebook_namespace(capsys):
     res = check("lab1.q4", {"alpha_of": alpha_of})
     assert res.score == 1.0

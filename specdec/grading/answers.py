@@ -76,8 +76,11 @@ def pair(got: Any, fn: str, what: str) -> tuple[Any, Any]:
 
 def whole_in(x: Any, lo: int, hi: int) -> bool:
     """x is an integer value (int, numpy integer, or a float like 3.0) in lo..hi."""
-    return (isinstance(x, (int, np.integer, float, np.floating)) and not isinstance(x, (bool, np.bool_))
-            and bool(np.isfinite(x)) and x == int(x) and lo <= x <= hi)
+    if not isinstance(x, (int, np.integer, float, np.floating)) or isinstance(x, (bool, np.bool_)):
+        return False
+    if isinstance(x, (int, np.integer)):
+        return bool(lo <= x <= hi)
+    return bool(np.isfinite(x)) and x == int(x) and lo <= x <= hi
 
 
 def close(got: float, want: float, rel: float = 0.0, abs_: float = 0.0) -> bool:

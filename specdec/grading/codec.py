@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import os
 import select
 import struct
@@ -114,7 +115,7 @@ class Decoder:
             raise BadMessage("an array with a bad shape")
         np = _np()
         raw = self.buffers[index]
-        if int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize != len(raw):
+        if math.prod(shape) * np.dtype(dtype).itemsize != len(raw):  # exact: no int64 overflow
             raise BadMessage("an array whose bytes do not match its shape")
         return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
 

@@ -50,7 +50,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from specdec.grading.calls import CallFailed, LocalCaller, Outcome, Reply, clip
+from specdec.grading.calls import CallFailed, LocalCaller, Outcome, Reply, clip, describe
 from specdec.grading.registry import CheckResult
 
 
@@ -72,7 +72,7 @@ class Part:
     """A batch of cases and how to judge the answers to them."""
 
     cases: Callable[[np.random.Generator], list[Case]]
-    judge: Callable[[Case, Any, Any], Any] | None = None  # (case, got, want) -> Verdict
+    judge: Callable[[Case, Any, Any], Any] | None = None  # (case, got, want) -> None | "why" | [None | "why", ...]
     reference: Callable[..., Any] | None = None  # want = reference(*case.args)
     what: str = "cases"  # what the cases are, in the feedback: "random pairs (p, q)"
     judge_all: Callable[[list[Case], list[Outcome]], tuple[float, str]] | None = None
@@ -87,6 +87,8 @@ class Caller(Protocol):
 
 @dataclass(frozen=True, eq=False)
 class Exercise:
+    """One graded exercise: what it reads from the notebook, its cases, how answers are judged."""
+
     id: str  # "lab1.q3"
     points: float
     title: str
@@ -156,6 +158,7 @@ def judge_cases(part: Part, cases: Sequence[Case], outcomes: list[Outcome]) -> t
 
 
 def grade(ex: Exercise, caller: Caller, seed: int) -> CheckResult:
+    """Every part: make its cases, have the student's function answer them, judge; a score and why."""
     rng = np.random.default_rng(seed)
     stand_ins = {u.reads: u.stand_in for u in ex.uses if u.stand_in}
     total, weights, messages, bound = 0.0, 0.0, [], set()
@@ -173,7 +176,12 @@ def grade(ex: Exercise, caller: Caller, seed: int) -> CheckResult:
                                  "code in it changed?)")
             bound |= set(reply.bound)
             judge = part.judge_all or (lambda c, o, p=part: judge_cases(p, c, o))
-            fraction, message = judge(cases, reply.outcomes)
+            try:
+                fraction, message = judge(cases, reply.outcomes)
+            except WrongShape:
+                raise
+            except Exception as exc:  # an answer so odd that judging it failed: a zero that says so
+                return CheckResult(0.0, f"the answer could not be judged ({describe(exc)})")
             total += part.weight * fraction
             weights += part.weight
             messages.append(f"{part.name}: {message}" if part.name and len(ex.parts) > 1 else message)

@@ -139,9 +139,11 @@ def step_answer(case: Case, got: Any) -> tuple[int, np.ndarray] | str:
         n, emitted = int(n), emitted.astype(np.int64).ravel()
     except (TypeError, ValueError, AttributeError):
         return f"speculative_step must return (accept_length, emitted_tokens), got {short(got)}"
-    k = len(drafts)
+    k, v = len(drafts), case.args[0].shape[-1]
     if not 0 <= n <= k:
         return f"accept_length must be in 0..k={k}, got {n}"
+    if len(emitted) and not (0 <= emitted.min() and emitted.max() < v):
+        return f"emitted tokens must be ids in 0..{v - 1}, got {emitted.tolist()}"
     if len(emitted) != n + 1:
         return f"with accept_length={n} it must emit {n + 1} tokens (the accepted drafts + 1), got {len(emitted)}"
     if not np.array_equal(emitted[:n], drafts[:n]):
