@@ -74,8 +74,10 @@ def grade_all(args: argparse.Namespace, limits: Limits) -> list[NotebookResult]:
     done = 0
     lock = threading.Lock()
 
-    # every notebook is read before any kernel runs: a student's code cannot change another's file
+    # every notebook is read, and every check imported, before any kernel runs: no student's code can
+    # change another's file, or a module the grader has yet to import
     subs = [runner.read(p, args.lab) for p in paths]
+    runner.plan_of(sorted({lab for s in subs if isinstance(s, Submission) for lab in s.labs}), [])
 
     def one(path: str, sub: Submission | NotebookResult) -> NotebookResult:
         nonlocal done

@@ -29,7 +29,10 @@ How to add an exercise to lab N:
    A judge returns None when the answer is right, a string saying what is wrong, or a list with
    one entry per value it checks (None or a string each: partial credit). It raises WrongShape
    when the answer has the wrong type or shape: the exercise then scores zero with that message.
-   Helpers for judges are in specdec/grading/answers.py.
+   Helpers for judges are in specdec/grading/answers.py. Import at the top of labN.py everything
+   the cases, references and judges use, even what specdec imports lazily (scipy): the grading
+   process imports it before any notebook runs, and never later, when a notebook's code may have
+   written files where Python looks for modules.
 3. If the student's function may call an earlier exercise's function, give the earlier one a
    `stand_in` ("module:function" of the reference with the same signature) and the later one
    `uses=(Q1,)`: while the later one is checked, the reference replaces the student's earlier

@@ -72,14 +72,21 @@ class NotebookRun:
         self.problem(cell, f"{why}; {RERUN}")
         self.deaths += 1
 
-    def start(self) -> Kernel:
+    def spawn(self) -> Kernel:
+        """A kernel process, starting; ready() waits for it."""
+        try:
+            return Kernel(str(self.sub.path.resolve().parent), self.home, int(self.limits.memory_gb * 2**30), self.deadline)
+        except OSError as exc:
+            raise GaveUp(f"the kernel could not start: {exc}") from None
+
+    def start(self, spawned: Kernel | None = None) -> Kernel:
         """A fresh kernel that has run the kept cells (one that kills it now is dropped as well)."""
         while True:
             if self.deaths >= MAX_DEATHS:
                 raise GaveUp(f"the notebook's code killed its kernel {self.deaths} times: grading stopped there")
             try:
-                kernel = Kernel(str(self.sub.path.resolve().parent), self.home,
-                                int(self.limits.memory_gb * 2**30), self.deadline)
+                kernel = (spawned or self.spawn()).ready()
+                spawned = None
             except KernelGone as exc:
                 raise GaveUp(f"the kernel could not start: it {exc}") from None
             for cell in list(self.kept):
@@ -92,7 +99,8 @@ class NotebookRun:
             else:
                 return kernel
 
-    def run_cells(self) -> None:
+    def run_cells(self, spawned: Kernel) -> None:
+        self.kernel = self.start(spawned)
         for cell in self.sub.code_cells:
             if self.kernel is None:
                 self.kernel = self.start()
@@ -148,17 +156,20 @@ def grade_submission(sub: Submission, limits: Limits) -> NotebookResult:
     """Run and check a notebook already read (a class is read before any kernel could change a file)."""
     start = time.monotonic()
     errors: list[str] = []
-    plan = plan_of(sub.labs, errors)
     key, secret = student_key(sub), os.environ.get(SECRET_ENV, "")
     graded: dict[str, CheckResult] = {}
     ungraded: dict[str, str] = {}  # why an exercise has no result
     stop = None
+    plan: list[Any] = []
     with tempfile.TemporaryDirectory(prefix="specdec-grade-", ignore_cleanup_errors=True) as home:
         run = NotebookRun(sub, limits, home)
         checking = None
         try:
+            # the kernel boots while the checks (and all they import) load, before any of the notebook runs
+            run.kernel = spawned = run.spawn()
+            plan = plan_of(sub.labs, errors)
             if plan:
-                run.run_cells()
+                run.run_cells(spawned)
                 for ex in plan:
                     checking, run.where = ex.id, f"while checking {ex.id}"
                     graded[ex.id] = run.check(ex, seed_of(ex.id, key, secret))
@@ -173,6 +184,7 @@ def grade_submission(sub: Submission, limits: Limits) -> NotebookResult:
                 else:
                     ungraded[ex.id] = f"not graded: {cause} before this exercise was checked"
         except GaveUp as exc:
+            plan = plan or plan_of(sub.labs, errors)
             ungraded = {ex.id: f"not graded: {exc}" for ex in plan}
             if not run.kept and not run.problems:
                 errors.append(f"grading could not start: {exc}")
