@@ -37,11 +37,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cell-timeout", type=float, default=defaults.cell_timeout, metavar="S",
                         help=f"seconds per cell before it is interrupted (default {defaults.cell_timeout:g})")
     parser.add_argument("--check-timeout", type=float, default=defaults.check_timeout, metavar="S",
-                        help=f"seconds per exercise check (default {defaults.check_timeout:g})")
+                        help=f"seconds for the calls of an exercise's cases (default {defaults.check_timeout:g})")
     parser.add_argument("--timeout", type=float, default=defaults.total_timeout, metavar="S",
                         help=f"seconds per notebook in all, then it is killed (default {defaults.total_timeout:g})")
-    parser.add_argument("--memory", type=float, default=defaults.memory_gb, metavar="GB",
-                        help=f"memory of a kernel's data; past it allocations fail (default {defaults.memory_gb:g}, 0: none)")
+    parser.add_argument("--memory", type=float, default=defaults.memory_gb, metavar="GIB",
+                        help=f"a kernel's data memory; past it allocations fail (default {defaults.memory_gb:g}, 0: no limit)")
     parser.add_argument("--lab", type=int, action="append", metavar="N",
                         help="grade as lab N (default: the labs whose labN.qM ids the notebook names)")
     parser.add_argument("-j", "--jobs", type=int, default=1, metavar="N", help="notebooks graded at once (default 1)")
@@ -59,7 +59,7 @@ def _validate(args: argparse.Namespace) -> None:
         if not getattr(args, name) > 0:
             raise UsageError(f"--{name.replace('_', '-')} must be a positive number of seconds")
     if not args.memory >= 0:
-        raise UsageError("--memory must be a number of GB (0: no limit)")
+        raise UsageError("--memory must be a number of GiB (0: no limit)")
     if args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
     for out in (args.json, args.csv):
