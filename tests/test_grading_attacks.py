@@ -83,13 +83,18 @@ def test_an_attack_from_the_notebook_scores_nothing(graded, name):
     ("patch_reference", ["patches specdec (verify.residual_distribution, formulas.acceptance_alpha"]),
     ("read_frames", ["sys._getframe"]),
     ("tamper_harness", ["imports the grader's internals", "patches specdec (registry.run_check, exercise.grade"]),
-    ("forge_replies", ["reads /proc", "answered out of turn: it was killed"]),
+    ("forge_replies", ["reads /proc"]),
 ])
 def test_the_report_names_the_attempt(graded, name, words):
     output = graded["entries"][name]["output"]
     for w in words:
         assert w in output, output
     assert "no effect on the grade" in output
+
+
+def test_forged_replies_are_read_as_answers_of_the_student_and_judged(graded):
+    """A reply forged ahead of time is no more than an answer: here, one to none of the cases."""
+    assert "the kernel answered 0 of the 10 calls" in feedback(graded["entries"]["forge_replies"], "lab1.q1")
 
 
 def test_the_grader_writes_its_results_after_the_kernel_is_gone(graded):

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from specdec.grading import codec
+from specdec.grading import codec, session
 from specdec.grading.calls import CallFailed, LocalCaller
 from specdec.grading.codec import BadMessage, Decoder, Encoder, NotData, Rng, roundtrip
 from specdec.grading.session import reply_of
@@ -217,3 +217,48 @@ def test_arguments_are_copies():
 
     assert LocalCaller({"f": mutate}).call("f", [(p,)], {}).outcomes[0].value == 9.5
     assert p[0] == 0.5
+
+
+@pytest.fixture
+def rogue(monkeypatch, tmp_path):
+    """Start tests/fixtures/rogue_kernel.py as the kernel, misbehaving as asked."""
+    fixtures = str(Path(__file__).parent / "fixtures")
+    monkeypatch.setattr(session, "KERNEL_MODULE", "rogue_kernel")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([fixtures, os.environ.get("PYTHONPATH", "")]))
+    started = []
+
+    def start(mode: str, seconds: float = 30.0) -> session.Kernel:
+        monkeypatch.setenv("ROGUE", mode)
+        started.append(session.Kernel(str(tmp_path), str(tmp_path), 0, time.monotonic() + seconds))
+        return started[-1]
+
+    yield start
+    for k in started:
+        k.kill()
+
+
+@pytest.mark.parametrize("mode, words", [("garbage", "malformed message"), ("future", "answered out of turn")])
+def test_a_kernel_that_breaks_the_protocol_is_killed(rogue, mode, words):
+    kernel = rogue(mode)
+    with pytest.raises(session.KernelGone, match=words):
+        kernel.ready()
+    assert not kernel.alive and kernel.proc.returncode is not None
+
+
+def test_a_stale_reply_is_skipped(rogue):
+    kernel = rogue("stale").ready()
+    assert kernel.run_cell("x = 1", 5) is None  # the stale reply said "error"
+
+
+def test_a_kernel_that_hangs_is_killed_at_its_limit_plus_grace(rogue):
+    kernel = rogue("hang").ready()
+    start = time.monotonic()
+    with pytest.raises(session.KernelGone, match="did not stop at the time limit of 0.5s"):
+        kernel.run_cell("while True: pass", 0.5)
+    assert time.monotonic() - start < 0.5 + session.GRACE_S + 2 and not kernel.alive
+
+
+def test_the_total_time_limit_wins(rogue):
+    kernel = rogue("hang", seconds=1.0).ready()
+    with pytest.raises(session.OutOfTime):
+        kernel.run_cell("while True: pass", 100)

@@ -183,17 +183,20 @@ class Kernel:
                           "it was killed")
 
     def receive(self, deadline: float, seconds: float = 0.0) -> tuple[dict[str, Any], list[bytes]]:
-        try:
-            msg, buffers = self.replies.read(deadline)
-        except TimeoutError:
-            raise self.overdue(deadline, seconds) from None
-        except EOFError:
-            raise self.gone() from None
-        except BadMessage as exc:
-            raise self.gone(f"sent the grader a malformed message ({exc}): it was killed") from None
-        if msg.get("id") != self.next_id:
-            raise self.gone("answered out of turn: it was killed")
-        return msg, buffers
+        """The reply to the last request; replies to earlier ones (a forked copy of the kernel's) are skipped."""
+        while True:
+            try:
+                msg, buffers = self.replies.read(deadline)
+            except TimeoutError:
+                raise self.overdue(deadline, seconds) from None
+            except EOFError:
+                raise self.gone() from None
+            except BadMessage as exc:
+                raise self.gone(f"sent the grader a malformed message ({exc}): it was killed") from None
+            if msg.get("id") == self.next_id:
+                return msg, buffers
+            if not (type(msg.get("id")) is int and msg["id"] < self.next_id):
+                raise self.gone("answered out of turn: it was killed")
 
     def request(self, header: dict[str, Any], buffers: list[bytes], seconds: float) -> tuple[dict[str, Any], list[bytes]]:
         """Send one request; its reply is due `seconds` (+ a grace) from now, and by the total limit."""
