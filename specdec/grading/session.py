@@ -139,6 +139,8 @@ class Kernel:
         names its process group, stays reserved until kill() has killed the group."""
         end = time.monotonic() + wait
         while True:
+            if self.proc.returncode is not None:  # reaped already
+                return True
             if os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
                 return True
             if time.monotonic() >= end:
