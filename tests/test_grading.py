@@ -395,6 +395,28 @@ def test_a_kernel_that_cannot_start_zeroes_every_exercise(tmp_path, monkeypatch)
     assert all("not graded: the kernel could not start" in t.output for t in result.tests)
 
 
+ACCEPT_LENGTH = """def accept_length_of(response):
+    meta = response["meta_info"]
+    if not meta.get("spec_verify_ct"):
+        return None
+    return (meta["completion_tokens"] - {offset}) / meta["spec_verify_ct"]
+"""
+
+
+def test_response_records_go_through_the_kernel(tmp_path):
+    """Lab 3's checks call the student's functions on dicts like SGLang's /generate responses."""
+    notebooks = []
+    for name, offset in (("right", 1), ("wrong", 0)):
+        cells = [nbformat.v4.new_code_cell(ACCEPT_LENGTH.format(offset=offset)), nbformat.v4.new_code_cell('check("lab98.q1")')]
+        notebooks.append(tmp_path / f"{name}.ipynb")
+        nbformat.write(nbformat.v4.new_notebook(cells=cells), notebooks[-1])
+    status, out, err = run_cli("grade", *map(str, notebooks), "--json", str(tmp_path / "r.json"), "-j", "2")
+    assert status == 0, err
+    right, wrong = json.loads((tmp_path / "r.json").read_text())
+    assert right["score"] == right["max_score"] == 1.0, right
+    assert 0 < wrong["score"] < 1.0 and "meta_info={" in wrong["tests"][0]["output"]  # right where it returns None
+
+
 def test_check_in_a_notebook_gives_feedback(capsys):
     res = registry.check("lab99.q1", {"add": lambda a, b: a + b})
     assert res.score == 1.0 and "lab99.q1 [PASS] 2/2" in capsys.readouterr().out
