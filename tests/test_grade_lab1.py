@@ -1,42 +1,62 @@
 """Lab 1 end to end through `specdec grade`: the solution scores full marks, the generated lab
 zero, a planted wrong answer loses exactly its exercise's points, and labs/ agrees with solutions/.
+
+The notebooks are graded in one run (module fixture); each test reads its entry.
 """
 
 from __future__ import annotations
 
-from notebook_tools import REPO, grade, lab_points, plant_wrong_answer, specdec
+import shutil
+
+import pytest
+from notebook_tools import REPO, grade_many, lab_points, plant_wrong_answer, specdec
 
 SOLUTION = REPO / "solutions" / "01_simulated_loop.ipynb"
 LAB = REPO / "labs" / "01_simulated_loop.ipynb"
-
 
 
 def lab1_points() -> dict[str, float]:
     return lab_points(1)
 
 
-def test_solution_scores_full_marks(tmp_path):
-    doc = grade(SOLUTION, tmp_path)
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory) -> dict:
+    assert LAB.exists(), "run `specdec labs`"
+    tmp = tmp_path_factory.mktemp("lab1")
+    wrong = tmp / "01_simulated_loop.ipynb"
+    target = plant_wrong_answer(SOLUTION, wrong)
+    (tmp / "again").mkdir()
+    again = tmp / "again" / "01_simulated_loop.ipynb"
+    shutil.copy(wrong, again)
+    solution, lab, planted, planted_again = grade_many([SOLUTION, LAB, wrong, again], tmp)
+    return dict(solution=solution, lab=lab, planted=planted, target=target, again=planted_again)
+
+
+def test_solution_scores_full_marks(graded):
+    doc = graded["solution"]
     points = lab1_points()
     assert [t["name"].split(":")[0] for t in doc["tests"]] == list(points)
     assert doc["max_score"] == sum(points.values())
     assert doc["score"] == doc["max_score"], [t for t in doc["tests"] if t["score"] < t["max_score"]]
 
 
-def test_generated_lab_scores_zero(tmp_path):
-    assert LAB.exists(), "run `specdec labs`"
-    doc = grade(LAB, tmp_path)
+def test_generated_lab_scores_zero(graded):
+    doc = graded["lab"]
     assert doc["max_score"] == sum(lab1_points().values())
     assert doc["score"] == 0.0, [t for t in doc["tests"] if t["score"] > 0]
 
 
-def test_planted_wrong_answer_loses_exactly_its_points(tmp_path):
-    wrong = tmp_path / "01_simulated_loop.ipynb"
-    target = plant_wrong_answer(SOLUTION, wrong)
-    doc = grade(wrong, tmp_path)
+def test_planted_wrong_answer_loses_exactly_its_points(graded):
+    doc, target = graded["planted"], graded["target"]
     points = lab1_points()
     assert doc["score"] == sum(points.values()) - points[target], doc["tests"]
     assert {t["name"].split(":")[0]: t["score"] for t in doc["tests"]}[target] == 0.0
+
+
+def test_the_same_notebook_gets_the_same_grade(graded):
+    """The cases are seeded by exercise and notebook: the same feedback, p-values and first failures."""
+    assert graded["planted"]["tests"] == graded["again"]["tests"]
+    assert graded["planted"]["score"] < graded["planted"]["max_score"]
 
 
 def test_labs_agree_with_solutions():

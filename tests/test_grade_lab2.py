@@ -1,24 +1,39 @@
 """Lab 2 end to end through `specdec grade`: the solution scores full marks, the generated lab
 zero, a planted wrong answer loses exactly its exercise's points, and labs/ agrees with solutions/.
+
+Grading a Lab 2 notebook decodes with every proposer (about 30 s): the four notebooks are graded
+in one run, two at a time (module fixture), and each test reads its entry.
 """
 
 from __future__ import annotations
 
 import pytest
-from notebook_tools import REPO, grade, lab_points, plant_wrong_answer, specdec
+from notebook_tools import REPO, grade_many, lab_points, plant_wrong_answer, specdec
 
 SOLUTION = REPO / "solutions" / "02_static_k_mtp.ipynb"
 LAB = REPO / "labs" / "02_static_k_mtp.ipynb"
-
 
 
 def lab2_points() -> dict[str, float]:
     return lab_points(2)
 
 
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory) -> dict:
+    assert LAB.exists(), "run `specdec labs`"
+    tmp = tmp_path_factory.mktemp("lab2")
+    planted, targets = [], {}
+    for which, exercise in (("last", None), ("first", "lab2.q1")):
+        (tmp / which).mkdir()
+        planted.append(tmp / which / "02_static_k_mtp.ipynb")
+        targets[which] = plant_wrong_answer(SOLUTION, planted[-1], exercise)
+    solution, lab, last, first = grade_many([SOLUTION, LAB, *planted], tmp)
+    return dict(solution=solution, lab=lab, last=(last, targets["last"]), first=(first, targets["first"]))
+
+
 @pytest.mark.slow
-def test_solution_scores_full_marks(tmp_path):
-    doc = grade(SOLUTION, tmp_path)
+def test_solution_scores_full_marks(graded):
+    doc = graded["solution"]
     points = lab2_points()
     assert [t["name"].split(":")[0] for t in doc["tests"]] == list(points)
     assert doc["max_score"] == sum(points.values()) == 10
@@ -26,20 +41,17 @@ def test_solution_scores_full_marks(tmp_path):
 
 
 @pytest.mark.slow
-def test_generated_lab_scores_zero(tmp_path):
-    assert LAB.exists(), "run `specdec labs`"
-    doc = grade(LAB, tmp_path)
+def test_generated_lab_scores_zero(graded):
+    doc = graded["lab"]
     assert doc["max_score"] == sum(lab2_points().values())
     assert doc["score"] == 0.0, [t for t in doc["tests"] if t["score"] > 0]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("exercise", [None, "lab2.q1"], ids=["last", "first"])
-def test_planted_wrong_answer_loses_exactly_its_points(tmp_path, exercise):
+@pytest.mark.parametrize("which", ["last", "first"])
+def test_planted_wrong_answer_loses_exactly_its_points(graded, which):
     """The last exercise, and the first: a wrong q1 must not cost any later exercise a point."""
-    wrong = tmp_path / "02_static_k_mtp.ipynb"
-    target = plant_wrong_answer(SOLUTION, wrong, exercise)
-    doc = grade(wrong, tmp_path)
+    doc, target = graded[which]
     points = lab2_points()
     assert doc["score"] == sum(points.values()) - points[target], doc["tests"]
     assert {t["name"].split(":")[0]: t["score"] for t in doc["tests"]}[target] == 0.0

@@ -21,10 +21,8 @@ import nbformat
 import pytest
 
 from specdec.cli import main as specdec
-from specdec.grading import registry
-from specdec.grading.outcome import assemble
-from specdec.grading.results import Limits, WorkerRun
-from specdec.grading.submission import load_submission
+from specdec.grading import registry, runner, session
+from specdec.grading.results import Limits
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).resolve().parents[1]
@@ -34,6 +32,10 @@ MEAN = "def mean(xs):\n    ### BEGIN SOLUTION\n    return sum(xs) / len(xs)\n   
 REVERSE = "def reverse(s):\n    ### BEGIN SOLUTION\n    return s[::-1]\n    ### END SOLUTION"
 POINTS = {"lab99.q1": 2.0, "lab99.q2": 3.0, "lab99.q3": 1.0}
 SWALLOW_TIMEOUTS = "import time\nwhile True:\n    try:\n        time.sleep(10)\n    except BaseException:\n        pass"
+KILL = "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n"
+SEGFAULT = "import ctypes\nctypes.string_at(0)\n"
+C_EXIT = "import ctypes\nctypes.CDLL(None)._exit(0)\n"
+RUNAWAY = "hog = []\nwhile True:\n    hog.append(bytes(1 << 30))  # calloc: fast, and no page is touched\n"
 
 
 def fixture_env() -> dict[str, str]:
@@ -108,7 +110,18 @@ CASES: dict[str, dict[str, Any]] = {
     "os_exit_cell": dict(q2="import os\nos._exit(1)\n" + MEAN),
     "os_exit_check": dict(q1="def add(a, b):\n    import os\n    os._exit(0)"),
     "kill_in_check": dict(q3="def reverse(s):\n    import os, signal\n    os.kill(os.getpid(), signal.SIGKILL)"),
-    "kill_in_cell": dict(extra=["import os, signal\nos.kill(os.getpid(), signal.SIGKILL)"]),
+    "kill_in_cell": dict(extra=[KILL]),
+    # crash classes: the kernel dies (or is killed) while cells run; a fresh one replays the cells before
+    "kill_mid_run": dict(q2=KILL + MEAN),
+    "segfault_in_cell": dict(extra=[SEGFAULT]),
+    "c_exit_in_cell": dict(q3=C_EXIT + REVERSE),
+    "swallow_in_cell": dict(extra=[SWALLOW_TIMEOUTS]),
+    "runaway_memory": dict(extra=[RUNAWAY]),
+    # ... or while a check calls the student's function: that exercise only
+    "segfault_in_check": dict(q3="def reverse(s):\n    import ctypes\n    ctypes.string_at(0)"),
+    "c_exit_in_check": dict(q1="def add(a, b):\n    import ctypes\n    ctypes.CDLL(None)._exit(0)"),
+    "not_data": dict(q2="class Mean(float):\n    pass\ndef mean(xs):\n    return Mean(sum(xs) / len(xs))"),
+    "generator": dict(q2="def mean(xs):\n    yield sum(xs) / len(xs)"),
     "missing": dict(q2="def average(xs):\n    return sum(xs) / len(xs)"),
     "wrong_type": dict(q2="def mean(xs):\n    return str(sum(xs) / len(xs))"),
     "not_callable": dict(q1="add = 3"),
@@ -226,12 +239,40 @@ def test_exit_is_ignored_and_everything_graded(batch):
     assert entry["output"].count("called exit()") == 2  # quit() is exit()
 
 
-def test_a_worker_killed_in_a_cell_zeroes_every_exercise_with_the_reason(batch):
+def test_a_kernel_killed_in_the_last_cell_loses_nothing(batch):
+    """The cells before it run again in a fresh kernel: every exercise is still checked."""
     entry = batch["by_name"]["kill_in_cell"]
-    assert entry["score"] == 0.0 and entry["max_score"] == 6.0
-    for t in entry["tests"]:
-        assert "killed by SIGKILL" in t["output"] and "before any check ran" in t["output"]
-    assert "killed by SIGKILL" in entry["output"]
+    assert scores(entry) == POINTS
+    assert "cell 9 (import os, signal): the kernel was killed by SIGKILL" in entry["output"]
+    assert "a fresh kernel ran the cells before it again" in entry["output"]
+
+
+@pytest.mark.parametrize("case, zero, words", [
+    ("kill_mid_run", "q2", ["killed by SIGKILL", "define `mean`"]),  # its answer cell died: mean is undefined
+    ("c_exit_in_cell", "q3", ["exited with status 0", "define `reverse`"]),
+    ("segfault_in_check", "q3", ["SIGSEGV", "while this exercise was being checked"]),
+    ("c_exit_in_check", "q1", ["exited with status 0", "while this exercise was being checked"]),
+    ("not_data", "q2", ["Mean object", "not data"]),
+    ("generator", "q2", ["generator object", "not data"]),
+])
+def test_a_crash_costs_only_the_exercises_it_touches(batch, case, zero, words):
+    entry = batch["by_name"][case]
+    assert scores(entry) == full_but(**{zero: ""}), entry
+    feedback = exercises_of(entry)[f"lab99.{zero}"]["output"]
+    for w in words:
+        assert w in feedback, feedback
+
+
+@pytest.mark.parametrize("case, words", [
+    ("segfault_in_cell", ["cell 9 (import ctypes): the kernel was killed by SIGSEGV"]),
+    ("swallow_in_cell", ["cell 9 (import time): the kernel did not stop at the time limit of 2s", "it was killed"]),
+    ("runaway_memory", ["cell 9 (hog = []): line 3: MemoryError", "memory limit is 4 GiB"]),
+])
+def test_a_cell_that_kills_or_hangs_the_kernel_is_skipped_and_the_rest_graded(batch, case, words):
+    entry = batch["by_name"][case]
+    assert scores(entry) == POINTS, entry
+    for w in words + ["a fresh kernel ran the cells before it again and went on after it"]:
+        assert w in entry["output"], entry["output"]
 
 
 def test_closing_stdout_breaks_nothing(batch):
@@ -332,7 +373,7 @@ def test_total_timeout_kills_the_worker_and_still_writes_results(tmp_path):
     in_checks = write_notebook(tmp_path / "in_checks.ipynb",
                                q2="def mean(xs):\n    import time\n    time.sleep(60)")
     start = time.monotonic()
-    status, out, err = run_cli("grade", str(in_cells), str(in_checks), "--timeout", "4", "--cell-timeout", "1",
+    status, out, err = run_cli("grade", str(in_cells), str(in_checks), "--timeout", "4", "--cell-timeout", "100",
                                "--check-timeout", "100", "-j", "2", "--json", str(tmp_path / "r.json"))
     assert time.monotonic() - start < 15
     assert status == 0, err
@@ -346,13 +387,34 @@ def test_total_timeout_kills_the_worker_and_still_writes_results(tmp_path):
     assert "before this exercise was checked" in exercises_of(checks)["lab99.q3"]["output"]
 
 
-def test_a_worker_that_left_no_results_zeroes_every_exercise(tmp_path):
-    sub = load_submission(write_notebook(tmp_path / "x.ipynb"))
-    run = WorkerRun(data=None, returncode=-9, timed_out=False, output_tail="Fatal Python error: Segmentation fault")
-    result = assemble(sub, run, Limits(), 1.0)
+def test_a_kernel_that_cannot_start_zeroes_every_exercise(tmp_path, monkeypatch):
+    monkeypatch.setattr(session, "KERNEL_MODULE", "crashing_kernel")  # tests/fixtures: segfaults at once
+    result = runner.grade_notebook(write_notebook(tmp_path / "x.ipynb"), Limits(total_timeout=30))
     assert [t.id for t in result.tests] == list(POINTS) and result.score == 0.0 and result.max_score == 6.0
-    assert result.error and "killed by SIGKILL" in result.error and "Segmentation fault" in result.error
-    assert all("not graded" in t.output for t in result.tests)
+    assert result.error and "killed by SIGSEGV" in result.error and "about to crash" in result.error
+    assert all("not graded: the kernel could not start" in t.output for t in result.tests)
+
+
+ACCEPT_LENGTH = """def accept_length_of(response):
+    meta = response["meta_info"]
+    if not meta.get("spec_verify_ct"):
+        return None
+    return (meta["completion_tokens"] - {offset}) / meta["spec_verify_ct"]
+"""
+
+
+def test_response_records_go_through_the_kernel(tmp_path):
+    """Lab 3's checks call the student's functions on dicts like SGLang's /generate responses."""
+    notebooks = []
+    for name, offset in (("right", 1), ("wrong", 0)):
+        cells = [nbformat.v4.new_code_cell(ACCEPT_LENGTH.format(offset=offset)), nbformat.v4.new_code_cell('check("lab98.q1")')]
+        notebooks.append(tmp_path / f"{name}.ipynb")
+        nbformat.write(nbformat.v4.new_notebook(cells=cells), notebooks[-1])
+    status, out, err = run_cli("grade", *map(str, notebooks), "--json", str(tmp_path / "r.json"), "-j", "2")
+    assert status == 0, err
+    right, wrong = json.loads((tmp_path / "r.json").read_text())
+    assert right["score"] == right["max_score"] == 1.0, right
+    assert 0 < wrong["score"] < 1.0 and "meta_info={" in wrong["tests"][0]["output"]  # right where it returns None
 
 
 def test_check_in_a_notebook_gives_feedback(capsys):

@@ -1,14 +1,14 @@
 """Lab 1's checks: the reference passes, a planted wrong answer loses points, a missing name scores 0.
 
-The checks draw fresh inputs from os.urandom; here `_rng` is pinned to fixed seeds so the tests
-are deterministic (q3's chi-square would otherwise fail a correct answer about 3 times in 10,000).
+check() draws fresh inputs from os.urandom; here the cases' seeds are fixed so that the tests are
+deterministic (q3's chi-square would otherwise fail a correct answer about 3 times in 10,000).
 """
 
 import numpy as np
 import pytest
 from notebook_tools import assert_check_contract
 
-from specdec.grading import check, exercises_for_lab, lab1
+from specdec.grading import check, exercises_for_lab
 from specdec.grading.registry import get_exercise, run_check
 from specdec.sim import formulas, stats, verify
 
@@ -132,8 +132,7 @@ PLANTED = [
 
 
 @pytest.fixture(params=SEEDS)
-def seeded(request, monkeypatch):
-    monkeypatch.setattr(lab1, "_rng", lambda: np.random.default_rng(request.param))
+def seeded(request):
     return request.param
 
 
@@ -146,13 +145,13 @@ def test_exercise_list():
 @pytest.mark.parametrize("ex_id", sorted(REFERENCE))
 def test_reference_scores_full(ex_id, seeded):
     name, fn = REFERENCE[ex_id]
-    res = run_check(get_exercise(ex_id), {name: fn})
+    res = run_check(get_exercise(ex_id), {name: fn}, seed=seeded)
     assert res.score == 1.0, res.message
 
 
 @pytest.mark.parametrize("ex_id,name,fn", PLANTED, ids=[f.__name__ for _, _, f in PLANTED])
 def test_planted_mistake_loses_points(ex_id, name, fn, seeded):
-    res = run_check(get_exercise(ex_id), {"residual": residual, name: fn})  # q3 may call residual
+    res = run_check(get_exercise(ex_id), {"residual": residual, name: fn}, seed=seeded)  # q3 may call residual
     assert res.score < 1.0, res.message
     assert res.message
 
@@ -170,21 +169,31 @@ def test_missing_name_stub_and_non_function_score_zero(ex_id):
 
 
 def test_partial_credit_and_hints(seeded):
-    res = run_check(get_exercise("lab1.q7"), {"acceptance_summary": summary_counts_drafts_only})
+    res = run_check(get_exercise("lab1.q7"), {"acceptance_summary": summary_counts_drafts_only}, seed=seeded)
     assert res.score == 0.5 and "bonus" in res.message  # rate right, tau off by the bonus token
-    res = run_check(get_exercise("lab1.q5"), {"tokens_per_step": tokens_per_step_naive})
+    res = run_check(get_exercise("lab1.q5"), {"tokens_per_step": tokens_per_step_naive}, seed=seeded)
     assert res.score == pytest.approx(11 / 12) and "ZeroDivisionError" in res.message
-    res = run_check(get_exercise("lab1.q3"), {"speculative_step": speculative_step_resamples_q, "residual": residual})
+    res = run_check(get_exercise("lab1.q3"), {"speculative_step": speculative_step_resamples_q, "residual": residual},
+                    seed=seeded)
     assert 0 < res.score < 1 and "residual" in res.message
 
 
 def test_wrong_return_types_get_clear_messages(seeded):
-    res = run_check(get_exercise("lab1.q2"), {"accept_draft": lambda x, p, q, u: min(1, p[x] / q[x])})
+    res = run_check(get_exercise("lab1.q2"), {"accept_draft": lambda x, p, q, u: min(1, p[x] / q[x])}, seed=seeded)
     assert res.score == 0.0 and "True or False" in res.message
-    res = run_check(get_exercise("lab1.q6"), {"best_k": lambda a, c, k_max: formulas.optimal_k(a, c, k_max)})
+    res = run_check(get_exercise("lab1.q6"), {"best_k": lambda a, c, k_max: formulas.optimal_k(a, c, k_max)}, seed=seeded)
     assert res.score == 0.0 and "just the integer k" in res.message
-    res = run_check(get_exercise("lab1.q7"), {"acceptance_summary": lambda log, k: 2.0})
+    res = run_check(get_exercise("lab1.q7"), {"acceptance_summary": lambda log, k: 2.0}, seed=seeded)
     assert res.score == 0.0 and "(tau, acceptance_rate)" in res.message
+
+
+def test_odd_answers_score_zero_and_never_break_the_grader(seeded):
+    res = run_check(get_exercise("lab1.q6"), {"best_k": lambda a, c, k_max: 10**400}, seed=seeded)
+    assert res.score == 0.0 and res.message
+    res = run_check(get_exercise("lab1.q3"), {"speculative_step": lambda p, q, d, rng: (0, [-1])}, seed=seeded)
+    assert res.score == 0.0 and "ids in 0.." in res.message  # -1 would index p's last token
+    res = run_check(get_exercise("lab1.q7"), {"acceptance_summary": lambda log, k: (float("nan"), None)}, seed=seeded)
+    assert res.score == 0.0 and "two numbers" in res.message
 
 
 def test_check_in_a_notebook_namespace(capsys):

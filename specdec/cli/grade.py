@@ -1,4 +1,4 @@
-"""`specdec grade NOTEBOOK...`: run each notebook in its own process, check it, report the scores.
+"""`specdec grade NOTEBOOK...`: run each notebook in a kernel of its own, check it from here, report.
 
 Exit status 0 when every notebook was graded, whatever the scores; 1 when grading could not run
 for some notebook (not a notebook, no checks for its lab); 2 for bad arguments (a missing file).
@@ -15,11 +15,15 @@ from pathlib import Path
 from specdec.cli.common import UsageError
 from specdec.grading import report, runner
 from specdec.grading.results import Limits, NotebookResult
+from specdec.grading.submission import Submission
 
-EPILOG = """Each notebook runs in a worker process of its own (IPython, MPLBACKEND=Agg) in the
-notebook's folder. The checks of every lab whose labN.qM ids the notebook names are run, all of
-them. SPECDEC_EXTRA_CHECKS=mod1,mod2 registers the checks of more modules (importable by the
-worker, e.g. through PYTHONPATH): the grader's own test fixtures use it."""
+EPILOG = """Each notebook runs in a kernel process of its own (IPython, MPLBACKEND=Agg) in the
+notebook's folder; every exercise of the labs whose labN.qM ids it names is checked from this
+process, which calls the notebook's functions in the kernel with data in and data out. A cell that
+kills the kernel is skipped: a fresh kernel runs the cells before it again. The cases are seeded by
+exercise and notebook (the same notebook gets the same grade); set SPECDEC_GRADING_SECRET to a
+secret string to make them unpredictable. SPECDEC_EXTRA_CHECKS=mod1,mod2 adds the EXERCISES of
+more modules (importable here, e.g. through PYTHONPATH): the grader's own test fixtures use it."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,9 +37,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cell-timeout", type=float, default=defaults.cell_timeout, metavar="S",
                         help=f"seconds per cell before it is interrupted (default {defaults.cell_timeout:g})")
     parser.add_argument("--check-timeout", type=float, default=defaults.check_timeout, metavar="S",
-                        help=f"seconds per exercise check (default {defaults.check_timeout:g})")
+                        help=f"seconds for the calls of an exercise's cases (default {defaults.check_timeout:g})")
     parser.add_argument("--timeout", type=float, default=defaults.total_timeout, metavar="S",
                         help=f"seconds per notebook in all, then it is killed (default {defaults.total_timeout:g})")
+    parser.add_argument("--memory", type=float, default=defaults.memory_gb, metavar="GIB",
+                        help=f"a kernel's data memory; past it allocations fail (default {defaults.memory_gb:g}, 0: no limit)")
     parser.add_argument("--lab", type=int, action="append", metavar="N",
                         help="grade as lab N (default: the labs whose labN.qM ids the notebook names)")
     parser.add_argument("-j", "--jobs", type=int, default=1, metavar="N", help="notebooks graded at once (default 1)")
@@ -52,6 +58,8 @@ def _validate(args: argparse.Namespace) -> None:
     for name in ("cell_timeout", "check_timeout", "timeout"):
         if not getattr(args, name) > 0:
             raise UsageError(f"--{name.replace('_', '-')} must be a positive number of seconds")
+    if not args.memory >= 0:
+        raise UsageError("--memory must be a number of GiB (0: no limit)")
     if args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
     for out in (args.json, args.csv):
@@ -66,9 +74,14 @@ def grade_all(args: argparse.Namespace, limits: Limits) -> list[NotebookResult]:
     done = 0
     lock = threading.Lock()
 
-    def one(path: str) -> NotebookResult:
+    # every notebook is read, and every check imported, before any kernel runs: no student's code can
+    # change another's file, or a module the grader has yet to import
+    subs = [runner.read(p, args.lab) for p in paths]
+    runner.plan_of(sorted({lab for s in subs if isinstance(s, Submission) for lab in s.labs}), [])
+
+    def one(path: str, sub: Submission | NotebookResult) -> NotebookResult:
         nonlocal done
-        result = runner.grade_notebook(path, limits, args.lab)
+        result = sub if isinstance(sub, NotebookResult) else runner.grade_submission(sub, limits)
         with lock:
             done += 1
             if several:
@@ -78,7 +91,7 @@ def grade_all(args: argparse.Namespace, limits: Limits) -> list[NotebookResult]:
 
     results: list[NotebookResult] = []
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futures: list[Future[NotebookResult]] = [pool.submit(one, p) for p in paths]
+        futures: list[Future[NotebookResult]] = [pool.submit(one, p, s) for p, s in zip(paths, subs)]
         try:
             for fut in futures:
                 results.append(fut.result())
@@ -100,7 +113,8 @@ def _write(path: str, text: str) -> None:
 
 def main(args: argparse.Namespace) -> int:
     _validate(args)
-    limits = Limits(cell_timeout=args.cell_timeout, check_timeout=args.check_timeout, total_timeout=args.timeout)
+    limits = Limits(cell_timeout=args.cell_timeout, check_timeout=args.check_timeout, total_timeout=args.timeout,
+                    memory_gb=args.memory)
     results = grade_all(args, limits)
     if args.json:
         _write(args.json, report.results_json(results, single=len(results) == 1))

@@ -1,11 +1,12 @@
-"""Guards for running a student's code in the grading worker: a time limit and exits that return.
+"""Guards for running a student's code in its kernel: a time limit, exits that return, a memory cap.
 
-Unix only (SIGALRM); the worker runs the student's code in its main thread.
+Unix only (SIGALRM, rlimits); the kernel runs the student's code in its main thread.
 """
 
 from __future__ import annotations
 
 import os
+import resource
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,7 +28,7 @@ class TimeLimitExceeded(BaseException):
 
 
 class ProcessExitBlocked(SystemExit):
-    """os._exit() was called in the worker; raised instead so that grading goes on."""
+    """os._exit() was called in the kernel; raised instead so that grading goes on."""
 
 
 def _on_alarm(signum: int, frame: object) -> None:
@@ -70,3 +71,11 @@ def guard_exits() -> None:
 def real_exit(status: int) -> None:
     """Leave the process now, whatever the student's code patched or registered (atexit)."""
     _REAL_EXIT(status)
+
+
+def limit_memory(max_bytes: int) -> None:
+    """Cap this process's data (heap and anonymous mappings): past it allocations fail with
+    MemoryError instead of the machine running out. RLIMIT_DATA, not RLIMIT_AS: address space that
+    libraries only reserve (thread stacks aside) does not count. Both limits, so it stays."""
+    if max_bytes > 0:
+        resource.setrlimit(resource.RLIMIT_DATA, (max_bytes, max_bytes))

@@ -1,4 +1,8 @@
-"""Exercise registry: each lab's checks register here with `@exercise`."""
+"""Which exercises exist (each lab's EXERCISES, in specdec/grading/labN.py), and check() for notebooks.
+
+This module stays light (no numpy): the grading command imports it; the declarations, with the
+numpy and torch they need, are imported when a lab's exercises are first asked for.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,13 @@ import inspect
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Protocol
 
 EXERCISE_ID = re.compile(r"\blab(\d+)\.q(\d+)\b")
+
+# Comma-separated modules whose EXERCISES count too (the grader's test fixtures, an instructor's
+# own exercises). The grading process reads it, so it works in `specdec grade`.
+EXTRA_CHECKS_ENV = "SPECDEC_EXTRA_CHECKS"
 
 
 @dataclass
@@ -20,22 +28,20 @@ class CheckResult:
     message: str
 
 
-@dataclass
-class Exercise:
-    id: str  # "lab1.q3"
+class Declared(Protocol):
+    """What the registry needs of an exercise (specdec.grading.exercise.Exercise)."""
+
+    id: str
     points: float
     title: str
-    check: Callable[[dict[str, Any]], CheckResult]  # namespace of the notebook -> result
+
+    def check(self, ns: dict[str, Any], seed: int | None = None) -> CheckResult: ...
 
 
-_REGISTRY: dict[str, Exercise] = {}
+_REGISTRY: dict[str, Declared] = {}
 
-# Comma-separated modules whose @exercise checks register too (the grader's test fixtures, an
-# instructor's own exercises). The grading worker inherits it, so it works in `specdec grade`.
-EXTRA_CHECKS_ENV = "SPECDEC_EXTRA_CHECKS"
-
-# Set by the grading worker: it runs every check itself after the notebook, so the notebook's own
-# check() calls are skipped there (no double work, no extra output).
+# Set in the student's kernel while it is graded: the grader checks every exercise itself, from
+# outside, so the notebook's own check() calls return at once there (no double work, no output).
 _autograding = False
 
 
@@ -46,45 +52,15 @@ class _Skipped(CheckResult):
         pass
 
 
-class NotDefined(KeyError):
-    """A name a check needs is not defined in the notebook."""
-
-    def __init__(self, name: str):
-        super().__init__(name)
-        self.name = name
-
-    def __str__(self) -> str:
-        return f"define `{self.name}`: it is not defined in the notebook (keep the stub's name)"
-
-
-class StudentNamespace(dict):
-    """A copy of the notebook's globals where a missing name raises NotDefined."""
-
-    def __missing__(self, key: str) -> Any:
-        raise NotDefined(key)
-
-
 def set_autograding(on: bool) -> None:
-    """The grading worker turns this on: check() in the notebook then returns at once."""
     global _autograding
     _autograding = on
 
 
-def load_extra_checks() -> None:
-    """Import the modules named in $SPECDEC_EXTRA_CHECKS so that their exercises register."""
-    for name in os.environ.get(EXTRA_CHECKS_ENV, "").split(","):
-        if name.strip():
-            importlib.import_module(name.strip())
-
-
-def exercise(id: str, points: float, title: str) -> Callable:
-    """Decorator: register `fn(ns) -> CheckResult` as the check of exercise `id`."""
-
-    def wrap(fn: Callable[[dict[str, Any]], CheckResult]) -> Callable:
-        _REGISTRY[id] = Exercise(id=id, points=points, title=title, check=fn)
-        return fn
-
-    return wrap
+def load(module: str) -> None:
+    """Import a module of declarations and register its EXERCISES."""
+    for ex in getattr(importlib.import_module(module), "EXERCISES", ()):
+        _REGISTRY[ex.id] = ex
 
 
 def lab_of(exercise_id: str) -> int:
@@ -94,11 +70,13 @@ def lab_of(exercise_id: str) -> int:
     return int(m.group(1))
 
 
-def exercises_for_lab(lab: int) -> list[Exercise]:
+def exercises_for_lab(lab: int) -> list[Declared]:
     """All exercises of lab N, in order q1, q2, ... (specdec.grading.labN and $SPECDEC_EXTRA_CHECKS)."""
-    load_extra_checks()
+    for name in os.environ.get(EXTRA_CHECKS_ENV, "").split(","):
+        if name.strip():
+            load(name.strip())
     try:
-        importlib.import_module(f"specdec.grading.lab{lab}")
+        load(f"specdec.grading.lab{lab}")
     except ModuleNotFoundError as exc:
         if exc.name != f"specdec.grading.lab{lab}":
             raise
@@ -106,32 +84,24 @@ def exercises_for_lab(lab: int) -> list[Exercise]:
     return sorted(found, key=lambda e: int(e.id.split(".q")[1]))
 
 
-def get_exercise(exercise_id: str) -> Exercise:
+def get_exercise(exercise_id: str) -> Declared:
     for e in exercises_for_lab(lab_of(exercise_id)):
         if e.id == exercise_id:
             return e
     raise KeyError(f"no exercise {exercise_id!r}")
 
 
-def run_check(ex: Exercise, ns: dict[str, Any]) -> CheckResult:
-    """Run one check; any exception from the student's code becomes a zero with the reason."""
-    if not isinstance(ns, StudentNamespace):
-        ns = StudentNamespace(ns)  # so that ns["f"] for a missing f says "define `f`"
-    try:
-        res = ex.check(ns)
-    except NotImplementedError:
-        return CheckResult(0.0, "not implemented yet (the stub still raises NotImplementedError)")
-    except NotDefined as exc:
-        return CheckResult(0.0, str(exc))
-    except Exception as exc:  # the student's code failed inside the check
-        return CheckResult(0.0, f"your code raised {type(exc).__name__}: {exc}")
-    return CheckResult(min(1.0, max(0.0, float(res.score))), res.message)
+def run_check(ex: Declared, ns: dict[str, Any], seed: int | None = None) -> CheckResult:
+    """Check one exercise against a namespace in this process (random cases unless seeded)."""
+    return ex.check(ns, seed)
 
 
 def check(exercise_id: str, namespace: dict[str, Any] | None = None) -> CheckResult:
-    """Instant feedback in a notebook: grade one exercise against the caller's globals."""
+    """Instant feedback in a notebook: check one exercise against the caller's globals.
+
+    Feedback only: the grade is computed by `specdec grade`, outside the notebook's process."""
     if _autograding:
-        return _Skipped(0.0, "skipped: the autograder runs every check after the notebook")
+        return _Skipped(0.0, "skipped: the autograder checks every exercise itself")
     if namespace is None:
         namespace = inspect.currentframe().f_back.f_globals  # the notebook's namespace
     ex = get_exercise(exercise_id)

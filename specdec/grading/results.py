@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 
 @dataclass
 class Limits:
-    """Time limits in seconds."""
+    """Time limits in seconds, and the kernel's memory."""
 
     cell_timeout: float = 300.0  # per cell: interrupted, then the next cell runs
-    check_timeout: float = 60.0  # per check: a zero for that exercise
-    total_timeout: float = 1800.0  # the whole notebook: the worker is killed
+    check_timeout: float = 60.0  # per batch of calls of one exercise: a zero for that exercise
+    total_timeout: float = 1800.0  # the whole notebook: the kernel is killed
+    memory_gb: float = 4.0  # the kernel's data (RLIMIT_DATA); past it allocations fail; 0: no limit
 
 
 @dataclass
@@ -32,7 +32,7 @@ class NotebookResult:
 
     notebook: str
     tests: list[ExerciseResult] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)  # cell errors, timeouts, a dead worker
+    problems: list[str] = field(default_factory=list)  # cell errors, timeouts, dead kernels
     execution_time: float = 0.0
     error: str | None = None  # e.g. not a notebook, no checks for its lab: the CLI exits non-zero
 
@@ -43,13 +43,3 @@ class NotebookResult:
     @property
     def max_score(self) -> float:
         return round(sum(t.max_score for t in self.tests), 4)
-
-
-@dataclass
-class WorkerRun:
-    """What came back from one worker process."""
-
-    data: dict[str, Any] | None  # its results file; None if it wrote none
-    returncode: int
-    timed_out: bool
-    output_tail: str

@@ -1,136 +1,141 @@
-"""Grade one notebook: run it in a worker process of its own, under time limits, and collect scores.
+"""Grade one notebook: its cells in a kernel of its own, then every exercise checked from here.
 
-The worker (worker.py) runs in a new session: at the total time limit, or when it is done, the
-whole process group is killed, children of the student's code included. Whatever it wrote to its
-results file counts; every exercise it did not grade gets zero with the reason.
+The exercises, the reference, the cases, the expected values and the scores stay in this process;
+the kernel (kernel.py) only runs cells and answers calls. When a cell kills the kernel (a crash,
+a signal, memory) or will not stop at its time limit, a fresh kernel runs the cells before it
+again and the notebook goes on after it: only the exercises that depend on that cell are lost.
 """
 
 from __future__ import annotations
 
-import json
+import hashlib
 import os
-import signal
-import subprocess
-import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from specdec.grading.outcome import assemble
-from specdec.grading.results import Limits, NotebookResult, WorkerRun
-from specdec.grading.submission import Submission, SubmissionError, load_submission
+from specdec.grading.registry import CheckResult, exercises_for_lab
+from specdec.grading.results import ExerciseResult, Limits, NotebookResult
+from specdec.grading.session import Kernel, KernelCaller, KernelGone, OutOfTime, stop_all
+from specdec.grading.submission import Cell, Submission, SubmissionError, load_submission
+from specdec.grading.tampering import reaches_into_grader
 
-OUTPUT_TAIL_BYTES = 8192  # what is kept of the worker's stdout+stderr (the student may print GBs)
+# A secret mixed into the cases' seeds: without it, anyone can compute the cases of a notebook.
+SECRET_ENV = "SPECDEC_GRADING_SECRET"
+MAX_DEATHS = 8  # kernels a notebook may kill before grading gives up on it
+RERUN = "a fresh kernel ran the cells before it again and went on after it"
 
-_running: set[int] = set()  # process groups of the workers running now (several with --jobs)
-_running_lock = threading.Lock()
+__all__ = ["grade_notebook", "grade_submission", "read", "stop_all"]
 
 
-class OutputTail(threading.Thread):
-    """Drain a pipe, keeping only its last bytes, so that the worker never blocks on a full pipe."""
+class GaveUp(Exception):
+    """No kernel to grade with: it could not start, or the notebook killed too many."""
 
-    def __init__(self, stream: IO[bytes], keep: int = OUTPUT_TAIL_BYTES):
-        super().__init__(daemon=True)
-        self.fd = stream.fileno()
-        self.keep = keep
-        self.tail = b""
 
-    def run(self) -> None:
+def plan_of(labs: list[int], errors: list[str]) -> list[Any]:
+    """Every exercise of the labs, imported here before any of the student's code runs."""
+    plan = []
+    for lab in labs:
         try:
-            while chunk := os.read(self.fd, 1 << 16):
-                self.tail = (self.tail + chunk)[-self.keep :]
-        except OSError:
-            pass
-
-    def text(self) -> str:
-        return self.tail.decode("utf-8", errors="replace")
-
-
-def worker_env(tmp: str) -> dict[str, str]:
-    """The worker's environment: this copy of specdec first, a non-GUI matplotlib, no $HOME writes."""
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-    env["MPLBACKEND"] = "Agg"
-    env["IPYTHONDIR"] = os.path.join(tmp, "ipython")
-    env["PYTHONIOENCODING"] = "utf-8"  # a student's print of non-ASCII must not fail under LANG=C
-    return env
+            found = exercises_for_lab(lab)
+        except Exception as exc:
+            errors.append(f"could not load the checks of lab {lab}: {type(exc).__name__}: {exc}")
+            continue
+        if not found:
+            errors.append(f"lab {lab} has no checks (no exercises declared for lab{lab}.qM)")
+        plan.extend(found)
+    return plan
 
 
-def kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass  # already gone
+def student_key(sub: Submission) -> str:
+    """What makes the cases differ between notebooks (and not between runs of one)."""
+    return hashlib.sha256("\0".join(c.source for c in sub.code_cells).encode("utf-8")).hexdigest()
 
 
-def stop_all() -> None:
-    """Kill every running worker: Ctrl-C reaches only this thread, not the others' workers."""
-    with _running_lock:
-        groups = list(_running)
-    for pgid in groups:
-        kill_group(pgid)
+class NotebookRun:
+    """One notebook's kernels: the cells (replayed into a fresh kernel after a crash), then the calls."""
 
+    def __init__(self, sub: Submission, limits: Limits, home: str):
+        self.sub, self.limits, self.home = sub, limits, home
+        self.deadline = time.monotonic() + limits.total_timeout
+        self.kernel: Kernel | None = None
+        self.kept: list[Cell] = []  # cells that ran without killing the kernel: a fresh one runs them again
+        self.problems: dict[int, list[str]] = {}
+        self.deaths = 0
+        self.where = "while starting the kernel"  # for a message about the total time limit
 
-def read_results(path: str) -> dict[str, Any] | None:
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+    def problem(self, cell: Cell, message: str) -> None:
+        self.problems.setdefault(cell.number, []).append(message)
 
+    def died(self, cell: Cell, why: str) -> None:
+        self.problem(cell, f"{why}; {RERUN}")
+        self.deaths += 1
 
-def run_worker(sub: Submission, limits: Limits) -> WorkerRun:
-    """Run the worker on the notebook's code cells; kill its process group when done or late."""
-    with tempfile.TemporaryDirectory(prefix="specdec-grade-", ignore_cleanup_errors=True) as tmp:
-        results = os.path.join(tmp, "results.json")
-        cwd = str(sub.path.resolve().parent)
-        job = {
-            "notebook": str(sub.path),
-            "cwd": cwd,
-            "cells": [[c.number, c.source] for c in sub.code_cells],
-            "labs": sub.labs,
-            "cell_timeout": limits.cell_timeout,
-            "check_timeout": limits.check_timeout,
-            "results": results,
-        }
-        job_path = os.path.join(tmp, "job.json")
-        with open(job_path, "w", encoding="utf-8") as f:
-            json.dump(job, f)
-        # -P: the notebook's folder goes on sys.path only after the worker imported specdec
-        proc = subprocess.Popen(
-            [sys.executable, "-P", "-m", "specdec.grading.worker", job_path],
-            cwd=cwd, env=worker_env(tmp), stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-        )
-        with _running_lock:
-            _running.add(proc.pid)
-        drain = OutputTail(proc.stdout)  # type: ignore[arg-type]
-        drain.start()
-        timed_out = False
+    def spawn(self) -> Kernel:
+        """A kernel process, starting; ready() waits for it."""
         try:
-            proc.wait(timeout=limits.total_timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        finally:  # also on Ctrl-C: never leave the student's processes behind
-            kill_group(proc.pid)
-            with _running_lock:
-                _running.discard(proc.pid)
-            proc.wait()
-            drain.join(timeout=2.0)
-            if not drain.is_alive():  # else a grandchild that left the group holds the pipe: leave it
-                proc.stdout.close()  # type: ignore[union-attr]
-        return WorkerRun(read_results(results), proc.returncode, timed_out, drain.text())
+            return Kernel(str(self.sub.path.resolve().parent), self.home, int(self.limits.memory_gb * 2**30), self.deadline)
+        except OSError as exc:
+            raise GaveUp(f"the kernel could not start: {exc}") from None
+
+    def start(self, spawned: Kernel | None = None) -> Kernel:
+        """A fresh kernel that has run the kept cells (one that kills it now is dropped as well)."""
+        while True:
+            if self.deaths >= MAX_DEATHS:
+                raise GaveUp(f"the notebook's code killed its kernel {self.deaths} times: grading stopped there")
+            try:
+                kernel = (spawned or self.spawn()).ready()
+                spawned = None
+            except KernelGone as exc:
+                raise GaveUp(f"the kernel could not start: it {exc}") from None
+            for cell in list(self.kept):
+                try:
+                    kernel.run_cell(cell.source, self.limits.cell_timeout)
+                except KernelGone as exc:  # it did not do that the first time
+                    self.kept.remove(cell)
+                    self.died(cell, f"when run again, the kernel {exc}")
+                    break
+            else:
+                return kernel
+
+    def run_cells(self, spawned: Kernel) -> None:
+        self.kernel = self.start(spawned)
+        for cell in self.sub.code_cells:
+            if self.kernel is None:
+                self.kernel = self.start()
+            self.where = f"in {cell.label()}"
+            try:
+                problem = self.kernel.run_cell(cell.source, self.limits.cell_timeout)
+            except KernelGone as exc:
+                self.kernel = None
+                self.died(cell, f"the kernel {exc}")
+                continue
+            if problem and problem["kind"] == "memory":  # the kernel is full: start afresh without it
+                self.kernel.kill()
+                self.kernel = None
+                self.died(cell, f"{problem['message']} (the kernel's memory limit is {self.limits.memory_gb:g} GiB)")
+                continue
+            if problem:
+                self.problem(cell, problem["message"])
+            self.kept.append(cell)
+
+    def check(self, ex: Any, seed: int) -> CheckResult:
+        if self.kernel is None:
+            self.kernel = self.start()
+        res = ex.grade(KernelCaller(self.kernel, self.limits.check_timeout), seed)
+        if not self.kernel.alive:  # the student's function killed it: the next check needs a fresh one
+            self.kernel = None
+            self.deaths += 1
+        return res
+
+    def close(self) -> None:
+        if self.kernel is not None:
+            self.kernel.kill()
 
 
-def grade_notebook(path: str | Path, limits: Limits | None = None,
-                   labs: list[int] | None = None) -> NotebookResult:
-    """Grade one notebook; `labs` overrides the labs found in it. Never raises for bad input."""
-    start = time.monotonic()
-    limits = limits or Limits()
+def read(path: str | Path, labs: list[int] | None = None) -> Submission | NotebookResult:
+    """The submission to grade, or the result of a file that cannot be graded (never raises)."""
     try:
         sub = load_submission(path, labs)
     except SubmissionError as exc:
@@ -138,5 +143,81 @@ def grade_notebook(path: str | Path, limits: Limits | None = None,
     if not sub.labs:
         return NotebookResult(str(path), error=f"{path}: cannot tell which lab this notebook is "
                               "(no exercise id labN.qM in it): pass --lab N")
-    run = run_worker(sub, limits)
-    return assemble(sub, run, limits, time.monotonic() - start)
+    return sub
+
+
+def grade_notebook(path: str | Path, limits: Limits | None = None, labs: list[int] | None = None) -> NotebookResult:
+    """Grade one notebook; `labs` overrides the labs found in it. Never raises for bad input."""
+    sub = read(path, labs)
+    return sub if isinstance(sub, NotebookResult) else grade_submission(sub, limits or Limits())
+
+
+def grade_submission(sub: Submission, limits: Limits) -> NotebookResult:
+    """Run and check a notebook already read (a class is read before any kernel could change a file)."""
+    start = time.monotonic()
+    errors: list[str] = []
+    key, secret = student_key(sub), os.environ.get(SECRET_ENV, "")
+    graded: dict[str, CheckResult] = {}
+    ungraded: dict[str, str] = {}  # why an exercise has no result
+    stop = None
+    plan: list[Any] = []
+    with tempfile.TemporaryDirectory(prefix="specdec-grade-", ignore_cleanup_errors=True) as home:
+        run = NotebookRun(sub, limits, home)
+        checking = None
+        try:
+            # the kernel boots while the checks (and all they import) load, before any of the notebook runs
+            run.kernel = spawned = run.spawn()
+            plan = plan_of(sub.labs, errors)
+            if plan:
+                run.run_cells(spawned)
+                for ex in plan:
+                    checking, run.where = ex.id, f"while checking {ex.id}"
+                    graded[ex.id] = run.check(ex, seed_of(ex.id, key, secret))
+        except OutOfTime:
+            cause = f"the notebook ran past the total time limit of {limits.total_timeout:g}s"
+            stop = f"{cause[0].upper()}{cause[1:]}: it was stopped {run.where}"
+            for ex in plan:
+                if checking is None:
+                    ungraded[ex.id] = f"not graded: {cause} {run.where}, before any check ran"
+                elif ex.id == checking:
+                    ungraded[ex.id] = f"not graded: {cause} while this exercise was being checked"
+                else:
+                    ungraded[ex.id] = f"not graded: {cause} before this exercise was checked"
+        except GaveUp as exc:
+            plan = plan or plan_of(sub.labs, errors)
+            ungraded = {ex.id: f"not graded: {exc}" for ex in plan}
+            if not run.kept and not run.problems:
+                errors.append(f"grading could not start: {exc}")
+        finally:
+            run.close()
+    return assemble(sub, plan, graded, ungraded, run.problems, stop, errors, time.monotonic() - start)
+
+
+def seed_of(exercise_id: str, key: str, secret: str) -> int:
+    """The cases' seed: one per exercise and notebook, so that a notebook always gets the same grade."""
+    digest = hashlib.sha256("\0".join((secret, exercise_id, key)).encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "little")
+
+
+def assemble(sub: Submission, plan: list[Any], graded: dict[str, CheckResult], ungraded: dict[str, str],
+             cell_problems: dict[int, list[str]], stop: str | None, errors: list[str], seconds: float) -> NotebookResult:
+    """Scores for every exercise of the notebook's labs, graded or not, and the notebook's problems."""
+    cells = {c.number: c for c in sub.cells}
+
+    def label(n: int) -> str:
+        return cells[n].label() if n in cells else f"cell {n}"
+
+    problems = [f"{label(n)}: {m}" for n, ms in sorted(cell_problems.items()) for m in ms]
+    problems += [f"{c.label()}: {why}" for c in sub.code_cells if (why := reaches_into_grader(c.source))]
+    if stop:
+        problems.append(stop)
+    sections = sub.answer_cells()
+    tests = []
+    for ex in plan:
+        res = graded.get(ex.id) or CheckResult(0.0, ungraded.get(ex.id, "not graded"))
+        fraction, feedback = min(1.0, max(0.0, float(res.score))), str(res.message)
+        related = [f"{label(n)}: {m}" for n in sections.get(ex.id, []) for m in cell_problems.get(n, [])]
+        if fraction < 1.0 and related:  # the likely cause, from the cells of its answer
+            feedback += "\n" + "\n".join(related)
+        tests.append(ExerciseResult(ex.id, ex.title, round(fraction * ex.points, 4), float(ex.points), feedback))
+    return NotebookResult(str(sub.path), tests, problems, round(seconds, 2), "; ".join(errors) or None)

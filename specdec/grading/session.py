@@ -1,0 +1,275 @@
+"""The grading process's side of one kernel: start it, ask it things by a deadline, kill it.
+
+A kernel runs in a session of its own: killing its process group takes the student's child
+processes with it. Requests and replies go through two pipes (codec.py), never through the
+kernel's stdout, whose last bytes are kept only to show what a dying kernel printed.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from specdec.grading.calls import CallFailed, Outcome, Reply, clip
+from specdec.grading.codec import BadMessage, Decoder, Encoder, TimedReader, pack
+
+KERNEL_MODULE = "specdec.grading.kernel"
+OUTPUT_TAIL_BYTES = 8192  # what is kept of a kernel's stdout+stderr (the student may print GBs)
+START_S = 120.0  # a kernel must be ready this soon (it imports IPython)
+GRACE_S = 2.0  # past a time limit the kernel gets this long to stop by itself, then it is killed
+
+_running: set[int] = set()  # process groups of the kernels running now (several with --jobs)
+_running_lock = threading.Lock()
+_stopping = threading.Event()  # Ctrl-C: no kernel may start any more
+
+
+class KernelGone(Exception):
+    """The kernel died, or was killed because it hung or broke the protocol; the message says how."""
+
+
+class OutOfTime(Exception):
+    """The notebook's total time limit passed (its kernel is killed)."""
+
+
+class OutputTail(threading.Thread):
+    """Drain a pipe, keeping only its last bytes, so that the kernel never blocks on a full pipe."""
+
+    def __init__(self, stream: IO[bytes], keep: int = OUTPUT_TAIL_BYTES):
+        super().__init__(daemon=True)
+        self.fd = stream.fileno()
+        self.keep = keep
+        self.tail = b""
+
+    def run(self) -> None:
+        try:
+            while chunk := os.read(self.fd, 1 << 16):
+                self.tail = (self.tail + chunk)[-self.keep :]
+        except OSError:
+            pass
+
+    def text(self) -> str:
+        return self.tail.decode("utf-8", errors="replace")
+
+
+def kernel_env(home: str) -> dict[str, str]:
+    """This copy of specdec first, a non-GUI matplotlib, IPython's files in a temporary folder."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    env["MPLBACKEND"] = "Agg"
+    env["IPYTHONDIR"] = os.path.join(home, "ipython")
+    env["PYTHONIOENCODING"] = "utf-8"  # a student's print of non-ASCII must not fail under LANG=C
+    return env
+
+
+def kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass  # already gone
+
+
+def stop_all() -> None:
+    """Kill every running kernel and start no more: Ctrl-C reaches only the main thread."""
+    _stopping.set()
+    with _running_lock:
+        groups = list(_running)
+    for pgid in groups:
+        kill_group(pgid)
+
+
+def exit_description(returncode: int) -> str:
+    """How a process ended, in words: `was killed by SIGKILL (...)`, `exited with status 3`."""
+    if returncode >= 0:
+        return f"exited with status {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        return f"was killed by signal {-returncode}"
+    why = {"SIGKILL": " (sent by the code itself, or by the system when memory ran out)",
+           "SIGSEGV": " (a segmentation fault: memory accessed through ctypes or a C extension)",
+           "SIGABRT": " (aborted by a C library)"}.get(name, "")
+    return f"was killed by {name}{why}"
+
+
+class Kernel:
+    """One kernel process and its channel."""
+
+    def __init__(self, cwd: str, home: str, memory_bytes: int, deadline: float):
+        if _stopping.is_set():
+            raise KernelGone("was not started: grading was interrupted")
+        self.deadline = deadline  # the notebook's total time limit
+        self.alive = True
+        self.next_id = 0
+        req_r, self.requests = os.pipe()
+        rep_r, rep_w = os.pipe()
+        try:
+            # -P: the notebook's folder goes on sys.path only after the kernel imported specdec
+            self.proc = subprocess.Popen(
+                [sys.executable, "-P", "-m", KERNEL_MODULE, str(req_r), str(rep_w), str(memory_bytes)],
+                cwd=cwd, env=kernel_env(home), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, start_new_session=True, pass_fds=(req_r, rep_w))
+        finally:
+            os.close(req_r)
+            os.close(rep_w)
+        with _running_lock:
+            _running.add(self.proc.pid)
+        if _stopping.is_set():  # stop_all() ran while it started
+            kill_group(self.proc.pid)
+        os.set_blocking(self.requests, False)
+        self.replies = TimedReader(rep_r)
+        self.output = OutputTail(self.proc.stdout)  # type: ignore[arg-type]
+        self.output.start()
+        self.started = time.monotonic()
+
+    def ready(self) -> Kernel:
+        """Wait for the kernel to be ready (it imports IPython meanwhile; the grader may work)."""
+        self.receive(min(self.deadline, self.started + START_S))
+        return self
+
+    def exited(self, wait: float) -> bool:
+        """Has the kernel process ended (waiting up to `wait` s)? Does not reap it: its pid, which
+        names its process group, stays reserved until kill() has killed the group."""
+        end = time.monotonic() + wait
+        while True:
+            if self.proc.returncode is not None:  # reaped already
+                return True
+            if os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                return True
+            if time.monotonic() >= end:
+                return False
+            time.sleep(0.01)
+
+    def kill(self) -> None:
+        """Kill the kernel's process group, the student's processes in it included, and reap it."""
+        if self.proc.returncode is None:
+            kill_group(self.proc.pid)
+            self.proc.wait()
+        self.alive = False
+        with _running_lock:
+            _running.discard(self.proc.pid)
+        for fd in (self.requests, self.replies.fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.output.join(timeout=2.0)
+        if not self.output.is_alive():  # else a grandchild that left the group holds the pipe: leave it
+            self.proc.stdout.close()  # type: ignore[union-attr]
+
+    def gone(self, why: str | None = None) -> KernelGone:
+        """Kill what is left and say how the kernel ended (with its last output if it died by itself)."""
+        if not self.exited(wait=0.0 if why else 1.0):  # it closed the channel: a moment to finish dying
+            why = why or "closed its channel to the grader: it was killed"
+        self.kill()
+        if why:
+            return KernelGone(why)
+        tail = self.output.text().strip()
+        return KernelGone(exit_description(self.proc.returncode) + (f"; its last output:\n{tail[-600:]}" if tail else ""))
+
+    def overdue(self, deadline: float, seconds: float) -> Exception:
+        """Kill a kernel that missed its deadline; say which limit it missed."""
+        self.kill()
+        if deadline >= self.deadline:
+            return OutOfTime()
+        if not seconds:
+            return KernelGone(f"was not ready after {START_S:g}s")
+        return KernelGone(f"did not stop at the time limit of {seconds:g}s (does the code catch the interrupt?): "
+                          "it was killed")
+
+    def receive(self, deadline: float, seconds: float = 0.0) -> tuple[dict[str, Any], list[bytes]]:
+        """The reply to the last request; replies to earlier ones (a forked copy of the kernel's) are skipped."""
+        while True:
+            try:
+                msg, buffers = self.replies.read(deadline)
+            except TimeoutError:
+                raise self.overdue(deadline, seconds) from None
+            except EOFError:
+                raise self.gone() from None
+            except BadMessage as exc:
+                raise self.gone(f"sent the grader a malformed message ({exc}): it was killed") from None
+            if msg.get("id") == self.next_id:
+                return msg, buffers
+            if not (type(msg.get("id")) is int and msg["id"] < self.next_id):
+                raise self.gone("answered out of turn: it was killed")
+
+    def request(self, header: dict[str, Any], buffers: list[bytes], seconds: float) -> tuple[dict[str, Any], list[bytes]]:
+        """Send one request; its reply is due `seconds` (+ a grace) from now, and by the total limit."""
+        self.next_id += 1
+        deadline = min(self.deadline, time.monotonic() + seconds + GRACE_S)
+        data = memoryview(pack({"id": self.next_id, **header}, buffers))
+        while data:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([], [self.requests], [], left)[1]:
+                raise self.overdue(deadline, seconds)  # it stopped reading requests
+            try:
+                data = data[os.write(self.requests, data):]
+            except BlockingIOError:
+                continue
+            except BrokenPipeError:
+                raise self.gone() from None
+        return self.receive(deadline, seconds)
+
+    def run_cell(self, source: str, seconds: float) -> dict[str, Any] | None:
+        """Run a cell: None, or its problem {kind, message}; KernelGone if it killed the kernel."""
+        msg, _ = self.request({"op": "run_cell", "source": source, "timeout": seconds}, [], seconds)
+        problem = msg.get("problem")
+        if "failed" in msg:
+            return {"kind": "error", "message": f"the kernel failed: {clip(str(msg['failed']))}"}
+        if problem is not None and not (isinstance(problem, dict) and isinstance(problem.get("message"), str)):
+            raise self.gone("sent the grader a malformed reply: it was killed")
+        return problem and {"kind": str(problem.get("kind")), "message": clip(problem["message"])}
+
+
+class KernelCaller:
+    """Calls the student's functions in a kernel (exercise.Caller): arguments out, data back."""
+
+    def __init__(self, kernel: Kernel, seconds: float):
+        self.kernel, self.seconds = kernel, seconds
+
+    def call(self, name: str, cases: list[tuple], stand_ins: dict[str, str]) -> Reply:
+        enc = Encoder()
+        trees = [enc.encode(tuple(args)) for args in cases]
+        header = {"op": "call", "name": name, "cases": trees, "stand_ins": stand_ins, "timeout": self.seconds}
+        try:
+            msg, buffers = self.kernel.request(header, enc.buffers, self.seconds)
+        except KernelGone as exc:
+            raise CallFailed(f"while this exercise was being checked, the kernel {exc}") from None
+        try:
+            return reply_of(msg, buffers)
+        except (BadMessage, KeyError, TypeError, ValueError) as exc:
+            raise CallFailed(f"the kernel sent an answer the grader cannot read ({clip(str(exc), 200)})") from None
+
+
+def reply_of(msg: dict[str, Any], buffers: list[bytes]) -> Reply:
+    """A kernel's reply to a call, every field checked: it comes from the student's process."""
+    if "failed" in msg:
+        raise CallFailed(f"the kernel failed while checking: {clip(str(msg['failed']))}")
+    decode = Decoder(buffers).decode
+
+    def text(x: Any) -> str | None:
+        return x if isinstance(x, str) else None
+
+    outcomes = []
+    for item in msg["outcomes"]:
+        if not (isinstance(item, dict) and len(item) == 1):
+            raise BadMessage("a malformed outcome")
+        (kind, body), = item.items()
+        if kind == "value":
+            outcomes.append(Outcome(value=decode(body)))
+        elif kind == "raised" and isinstance(body, list) and len(body) == 2 and all(map(text, body)):
+            outcomes.append(Outcome(raised=clip(body[1]), raised_type=body[0]))
+        elif kind == "not_data" and text(body):
+            outcomes.append(Outcome(not_data=clip(body, 200)))
+        else:
+            raise BadMessage("a malformed outcome")
+    bound = [b for b in msg["bound"] if text(b)]
+    return Reply(outcomes=outcomes, bound=bound, missing=msg["missing"] is True,
+                 not_callable=text(msg["not_callable"]), stopped=text(msg["stopped"]))
