@@ -42,3 +42,9 @@ def engine(tiny_bundle):
         return built[key]
 
     return make
+
+
+@pytest.fixture
+def inline_plots(monkeypatch):
+    """A notebook's kernel draws with Jupyter's inline backend, as for a student (Agg is set above)."""
+    monkeypatch.delenv("MPLBACKEND", raising=False)

@@ -129,3 +129,16 @@ def assert_check_contract(exercise_id: str, name: str) -> None:
     assert res.score == 0.0 and "not implemented" in res.message
     res = run_check(ex, {name: 42})
     assert res.score == 0.0 and "should be a function" in res.message
+
+
+def grade_lab_set(solution: Path, lab: Path, first: str, tmp_path: Path) -> dict[str, Any]:
+    """The solution, the generated lab, and the solution with a wrong last exercise and a wrong `first`
+    one, graded in one `specdec grade` run: {solution, lab, last: (doc, id), first: (doc, id)}."""
+    assert lab.exists(), "run `specdec labs`"
+    planted, targets = [], {}
+    for which, exercise in (("last", None), ("first", first)):
+        (tmp_path / which).mkdir()
+        planted.append(tmp_path / which / solution.name)
+        targets[which] = plant_wrong_answer(solution, planted[-1], exercise)
+    sol, lab_doc, last, first_doc = grade_many([solution, lab, *planted], tmp_path)
+    return dict(solution=sol, lab=lab_doc, last=(last, targets["last"]), first=(first_doc, targets["first"]))

@@ -7,12 +7,12 @@ import math
 import sys
 
 import pytest
+from test_launch_lifecycle import standin
 
 from specdec.cli import main as cli
 from specdec.serving.bench import SweepConfig, format_sweep, percentiles, run_sweep
 from specdec.serving.compare import SOURCE_MEASURED, SOURCE_STEP_TIME, compare, crossover, plot_comparison
 from specdec.serving.lifecycle import RUN_DIR_ENV, launch
-from test_launch_lifecycle import standin
 
 # Seconds per chunk = A + B x streams in flight. A request of 8 tokens takes 7 plain steps after its
 # first token, or 3 speculative ones (chunks 1, 3, 2, 2), which cost more per extra request:

@@ -5,10 +5,10 @@ import threading
 import time
 
 import pytest
+from test_launch_lifecycle import standin
 
 from specdec.serving.client import Client, ClientError
 from specdec.serving.lifecycle import RUN_DIR_ENV, launch
-from test_launch_lifecycle import standin
 
 DELAY = 0.05  # seconds before each chunk
 

@@ -8,10 +8,22 @@ from pathlib import Path
 
 import pytest
 
-from specdec.serving.records import (MetricsSnapshot, RequestRecord, ServerInfo, SpecStats, accept_length,
-                                     accept_length_sglang, acceptance_by_position, aggregate_acceptance,
-                                     conditional_acceptance_by_position, interval_accept_length, parse_prometheus,
-                                     record_from_response, record_from_stream, tokens_per_verify)
+from specdec.serving.records import (
+    MetricsSnapshot,
+    RequestRecord,
+    ServerInfo,
+    SpecStats,
+    accept_length,
+    accept_length_sglang,
+    acceptance_by_position,
+    aggregate_acceptance,
+    conditional_acceptance_by_position,
+    interval_accept_length,
+    parse_prometheus,
+    record_from_response,
+    record_from_stream,
+    tokens_per_verify,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang"
 ZOO = json.loads((FIXTURES / "zoo_0516_generate.json").read_text())["modes"]

@@ -2,10 +2,10 @@
 CUDA; its CPU twin runs the same decode loop through the emulated graph (same static-buffer
 contract: inputs copied into fixed tensors, outputs overwritten in place at every replay)."""
 
+import copy
+
 import pytest
 import torch
-
-import copy
 
 from specdec.decoder.cuda_graphs import EmulatedGraph, graph_mode
 from specdec.decoder.engine import Engine

@@ -4,7 +4,6 @@ token, stop ids may be a list, and acceptance counts only drafts the target coul
 import copy
 
 import pytest
-import torch
 
 from specdec.decoder.bundle import ModelBundle
 from specdec.decoder.engine import Engine, SamplingParams

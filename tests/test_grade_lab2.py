@@ -8,7 +8,7 @@ in one run, two at a time (module fixture), and each test reads its entry.
 from __future__ import annotations
 
 import pytest
-from notebook_tools import REPO, grade_many, lab_points, plant_wrong_answer, specdec
+from notebook_tools import REPO, grade_lab_set, lab_points, specdec
 
 SOLUTION = REPO / "solutions" / "02_static_k_mtp.ipynb"
 LAB = REPO / "labs" / "02_static_k_mtp.ipynb"
@@ -20,15 +20,7 @@ def lab2_points() -> dict[str, float]:
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory) -> dict:
-    assert LAB.exists(), "run `specdec labs`"
-    tmp = tmp_path_factory.mktemp("lab2")
-    planted, targets = [], {}
-    for which, exercise in (("last", None), ("first", "lab2.q1")):
-        (tmp / which).mkdir()
-        planted.append(tmp / which / "02_static_k_mtp.ipynb")
-        targets[which] = plant_wrong_answer(SOLUTION, planted[-1], exercise)
-    solution, lab, last, first = grade_many([SOLUTION, LAB, *planted], tmp)
-    return dict(solution=solution, lab=lab, last=(last, targets["last"]), first=(first, targets["first"]))
+    return grade_lab_set(SOLUTION, LAB, "lab2.q1", tmp_path_factory.mktemp("lab2"))
 
 
 @pytest.mark.slow

@@ -5,7 +5,7 @@ The notebooks start real `specdec serve` processes inside the grading kernel; gr
 from __future__ import annotations
 
 import pytest
-from notebook_tools import REPO, grade_many, lab_points, plant_wrong_answer
+from notebook_tools import REPO, grade_lab_set, lab_points
 
 SOLUTION = REPO / "solutions" / "03_sglang_live.ipynb"
 LAB = REPO / "labs" / "03_sglang_live.ipynb"
@@ -13,14 +13,7 @@ LAB = REPO / "labs" / "03_sglang_live.ipynb"
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory) -> dict:
-    tmp = tmp_path_factory.mktemp("lab3")
-    planted, targets = [], {}
-    for which, exercise in (("last", None), ("first", "lab3.q1")):
-        (tmp / which).mkdir()
-        planted.append(tmp / which / "03_sglang_live.ipynb")
-        targets[which] = plant_wrong_answer(SOLUTION, planted[-1], exercise)
-    solution, lab, last, first = grade_many([SOLUTION, LAB, *planted], tmp)
-    return dict(solution=solution, lab=lab, last=(last, targets["last"]), first=(first, targets["first"]))
+    return grade_lab_set(SOLUTION, LAB, "lab3.q1", tmp_path_factory.mktemp("lab3"))
 
 
 @pytest.mark.slow

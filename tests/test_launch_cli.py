@@ -9,12 +9,12 @@ import threading
 import time
 
 import pytest
+from test_launch_lifecycle import standin
 
 import specdec.cli.launch as launch_cli
 from specdec.cli import main as cli
 from specdec.serving.lifecycle import RUN_DIR_ENV, launch, pid_alive
 from specdec.zoo import resolve
-from test_launch_lifecycle import standin
 
 ZOO = resolve("tiny")
 

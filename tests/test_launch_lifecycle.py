@@ -21,8 +21,17 @@ import pytest
 
 from specdec.serving.client import Client, ClientError
 from specdec.serving.launch import LaunchConfig
-from specdec.serving.lifecycle import (RUN_DIR_ENV, ServerCommand, ServerError, free_port, launch, pid_alive,
-                                       reap_stale, session_members, start_ticks)
+from specdec.serving.lifecycle import (
+    RUN_DIR_ENV,
+    ServerCommand,
+    ServerError,
+    free_port,
+    launch,
+    pid_alive,
+    reap_stale,
+    session_members,
+    start_ticks,
+)
 
 STANDIN = Path(__file__).parent / "fixtures" / "standin_server.py"
 ROOT = Path(__file__).resolve().parents[1]

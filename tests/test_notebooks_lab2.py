@@ -27,11 +27,6 @@ def untouched_lab():
     return lab_of(SOLUTION)
 
 
-@pytest.fixture
-def inline_plots(monkeypatch):
-    """The kernel draws with Jupyter's inline backend, as for a student (conftest sets Agg for pytest)."""
-    monkeypatch.delenv("MPLBACKEND", raising=False)
-
 
 @pytest.mark.parametrize("path", [LECTURE, SOLUTION], ids=["lecture", "solution"])
 def test_committed_without_outputs(path):

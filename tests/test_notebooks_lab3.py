@@ -39,10 +39,6 @@ def execute(nb, cwd):
     return nb, seconds
 
 
-@pytest.fixture
-def inline_plots(monkeypatch):
-    monkeypatch.delenv("MPLBACKEND", raising=False)
-
 
 @pytest.mark.parametrize("path", [LECTURE, SOLUTION], ids=["lecture", "solution"])
 def test_committed_without_outputs(path):

@@ -12,8 +12,8 @@ from specdec.decoder.bundle import ModelBundle
 from specdec.decoder.checkpoint import eagle_config
 from specdec.decoder.draft_modules import EagleHead, MTPHeads, MTPLayer
 from specdec.decoder.engine import Engine
-from specdec.decoder.verify import sample
 from specdec.decoder.model import ModelConfig, Transformer, init_weights
+from specdec.decoder.verify import sample
 from specdec.sim.stats import ChiSquareResult, chi_square_test
 
 V, N_ROWS, T = 6, 6000, 1.0

@@ -9,8 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
-
 from serve_tools import running_server, stream_events
+
 from specdec.decoder.engine import Engine
 
 PROMPTS = ["import os\nimport sys\n\ndef main(", "Monday, Tuesday, Wednesday,",

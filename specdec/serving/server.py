@@ -15,7 +15,8 @@ import time
 from dataclasses import asdict, dataclass
 
 import torch
-from fastapi import FastAPI, Request as HTTPRequest
+from fastapi import FastAPI
+from fastapi import Request as HTTPRequest
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
 from specdec import __version__

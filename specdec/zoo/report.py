@@ -11,6 +11,7 @@ from pathlib import Path
 from specdec.decoder.engine import METHODS as LABELS
 from specdec.zoo.corpus import CATEGORIES
 from specdec.zoo.registry import PACKAGE_DIR, read_meta
+
 REPO_ROOT = PACKAGE_DIR.parent.parent  # a source checkout; docs/ and benchmarks/ live there
 TRAIN_SCRIPT, TRAIN_LOG = "benchmarks/train_zoo_gpu.sh", "benchmarks/logs/train_zoo_gpu.log"
 
