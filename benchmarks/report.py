@@ -184,6 +184,61 @@ zoo page are the representative ones. Even a 5 M-parameter model gains on the GP
 """
 
 
+def engine_check_section() -> str:
+    log = ROOT / "benchmarks" / "logs" / "gpu_check_engine.log"
+    if not log.is_file():
+        return ""
+    text = log.read_text()
+    rows = []
+    for line in text.splitlines():
+        w = line.split()
+        if len(w) == 13 and w[1] == "graphs":
+            rows.append([w[0], w[2], float(w[4]), float(w[6]), float(w[8]), float(w[10]), w[12]])
+    gpu = text.splitlines()[0]
+    passed = next((ln.strip() for ln in text.splitlines() if " passed" in ln), "")
+    return f"""## 7. The step-level engine on the GPU ({gpu})
+
+`benchmarks/gpu_check_engine.sh`, after the decoder became one speculative step and a step-level engine that admits and
+retires rows between steps: `tests/test_cuda_graphs.py` on the GPU ({passed}: graphed output equals eager for every
+proposer, also while requests join and leave a running batch), then the same `specdec decode --compare` as section 6,
+with the parallel heads added. Log `benchmarks/logs/gpu_check_engine.log`.
+
+{table(["method", "CUDA graphs", "tau", "tokens/s", "plain tokens/s", "speedup", "identical to plain"], rows)}
+"""
+
+
+def serve_section() -> str:
+    d = RES / "serve_cpu"
+    if not (d / "plain.json").is_file():
+        return ""
+    plain = json.loads((d / "plain.json").read_text())
+    levels = sorted({r["concurrency"] for r in plain["runs"]})
+    lo, hi = levels[0], levels[-1]
+    rows = []
+    for f in sorted(d.glob("compare_*.json")):
+        c = json.loads(f.read_text())
+        pooled = {r["concurrency"]: r for r in c["rows"] if r["category"] == "all"}
+        cross = c["crossover"]["all"]
+        rows.append([f.stem.removeprefix("compare_"), pooled[lo]["accept_length"], pooled[lo]["base_tok_s"],
+                     pooled[lo]["spec_tok_s"], pooled[lo]["speedup"], pooled[hi]["base_tok_s"], pooled[hi]["spec_tok_s"],
+                     pooled[hi]["speedup"], cross["measured"].get("text", cross["measured"]["status"]),
+                     cross["predicted"].get("text", cross["predicted"]["status"])])
+    s = plain["settings"]
+    return f"""## 8. Lab 3 on the CPU: `specdec serve` with each algorithm
+
+`benchmarks/serve_cpu_bench.py` (log `benchmarks/logs/serve_cpu.log`, raw sweeps in `benchmarks/results/serve_cpu/`): a plain
+server and one per algorithm, each `specdec serve` on the tiny zoo with k = 4, one CPU thread, up to 16 running requests;
+each swept by the Lab 3 benchmark at concurrency {", ".join(map(str, levels))} over the prompt categories
+{", ".join(s["categories"])}, {s["max_new_tokens"]} new tokens per request (ignore_eos), the cache flushed before each run.
+Throughput is output tokens/s over all requests, from the server's token counts; the accept length is token-weighted,
+(completion_tokens - 1) / spec_verify_ct. The prediction is Lab 1's `speedup_from_costs` with the step times the server
+measured (`step_time_dict`).
+
+{table(["algorithm", f"accept length (c={lo})", f"plain tok/s c={lo}", f"spec tok/s c={lo}", f"speedup c={lo}",
+        f"plain tok/s c={hi}", f"spec tok/s c={hi}", f"speedup c={hi}", "crossover, measured", "crossover, predicted"], rows)}
+"""
+
+
 def render() -> str:
     parts = ["# Measured results\n\nEvery number below is read from `benchmarks/results/*.json`, written by the scripts named in "
              "each section, and this page is generated from them by `python benchmarks/report.py`. The GPU runs were made on "
@@ -198,7 +253,9 @@ def render() -> str:
         parts.append(sglang_section(s))
     parts.append(cpu_section(load("cpu_bench.json")))
     parts.append(final_check_section())
-    return "\n".join(parts)
+    parts.append(engine_check_section())
+    parts.append(serve_section())
+    return "\n".join(p for p in parts if p)
 
 
 def main() -> int:

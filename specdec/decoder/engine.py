@@ -37,7 +37,7 @@ def make_proposer(method: str, bundle) -> Proposer | None:
     """The bundle's proposer for `method` (None for plain decoding)."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
-    part = {"mtp": "mtp", "eagle": "eagle", "heads": "heads", "draft": "draft"}.get(method)
+    part = method if method in ("mtp", "eagle", "heads", "draft") else None  # the bundle's attribute of that name
     if part and getattr(bundle, part) is None:
         raise ValueError(f"{bundle.name} has no {METHODS[method]} (method {method!r})")
     if method in ("mtp", "eagle"):

@@ -1,0 +1,69 @@
+"""`specdec serve` on this CPU: a plain server and one per speculative algorithm, each swept with the
+Lab 3 benchmark (concurrency 1..16, three prompt categories), then compared with the plain one.
+
+usage: python benchmarks/serve_cpu_bench.py --out benchmarks/results/serve_cpu  (log: benchmarks/logs/serve_cpu.log)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+from specdec.serving.bench import SweepConfig, format_sweep, run_sweep
+from specdec.serving.compare import compare, format_comparison, plot_comparison
+from specdec.serving.launch import LaunchConfig
+from specdec.serving.lifecycle import launch
+from specdec.zoo import zoo_parts
+
+K = 4
+
+
+def configs() -> dict[str, LaunchConfig]:
+    zoo = zoo_parts("tiny")
+    chain = dict(num_steps=K, topk=1, num_draft_tokens=K + 1)
+    common = dict(backend="specdec", max_running_requests=16)
+    return {"plain": LaunchConfig("tiny", "none", **common),
+            "NEXTN": LaunchConfig("tiny", "NEXTN", **chain, **common),
+            "EAGLE": LaunchConfig("tiny", "EAGLE", draft=str(zoo["eagle"]), **chain, **common),
+            "STANDALONE": LaunchConfig("tiny", "STANDALONE", draft=str(zoo["draft"]), **chain, **common),
+            "NGRAM": LaunchConfig("tiny", "NGRAM", num_draft_tokens=K + 1, **common),
+            "HEADS": LaunchConfig("tiny", "HEADS", **chain, **common)}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--concurrency", default="1,2,4,8,16")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    args = p.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    levels = tuple(int(c) for c in args.concurrency.split(","))
+    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
+          f"load average {os.getloadavg()[0]:.2f}; server: specdec serve, 1 CPU thread each, tiny zoo, k = {K}; "
+          f"{args.max_new_tokens} new tokens per request, concurrency {levels}", flush=True)
+    runs = {}
+    for name, cfg in configs().items():
+        t0 = time.perf_counter()
+        with launch(cfg, timeout=300, progress=False) as server:
+            runs[name] = run_sweep(SweepConfig(server.url, concurrency=levels, max_new_tokens=args.max_new_tokens),
+                                   progress=False)
+        (args.out / f"{name}.json").write_text(json.dumps(runs[name], indent=1) + "\n")
+        print(f"\n== {name} ({time.perf_counter() - t0:.0f} s, load average {os.getloadavg()[0]:.2f})\n"
+              + format_sweep(runs[name]), flush=True)
+    for name in runs:
+        if name != "plain":
+            cmp = compare(runs["plain"], runs[name])
+            (args.out / f"compare_{name}.json").write_text(json.dumps(cmp, indent=1) + "\n")
+            print(f"\n== {name} against plain\n" + format_comparison(cmp), flush=True)
+            if name == "NEXTN":
+                plot_comparison(runs["plain"], runs[name], cmp, args.out)
+
+
+if __name__ == "__main__":
+    main()
