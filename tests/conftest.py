@@ -9,7 +9,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no test may download anything
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # servers the tests launch keep their logs and pid files here, not in the user's ~/.cache
 os.environ.setdefault("SPECDEC_RUN_DIR", tempfile.mkdtemp(prefix="specdec-test-servers-"))
-torch.set_num_threads(min(2, torch.get_num_threads()))
+# One CPU thread, here and in every process a test starts (servers, kernels, the CLI): the tiny models
+# gain nothing from more, and on a busy 2-core machine threads spin against each other (10x slower steps).
+os.environ["OMP_NUM_THREADS"] = "1"
+torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ import json
 
 import torch
 
-from specdec.cli.common import UsageError
+from specdec.cli.common import UsageError, add_threads, threads
 from specdec.decoder.engine import METHODS, Engine
 from specdec.zoo import ModelNotFound, load_bundle
 
@@ -40,12 +40,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", action="store_true",
                    help="split the time into prefill/draft/verify/host (synchronises the device around each phase)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_threads(p)
 
 
 def main(args) -> int:
     for name, low in (("k", 1), ("batch", 1), ("max_new_tokens", 1), ("temperature", 0)):
         if getattr(args, name) < low:
             raise UsageError(f"--{name.replace('_', '-')} must be >= {low}, got {getattr(args, name)}")
+    torch.set_num_threads(threads(args))
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = getattr(torch, args.dtype or ("bfloat16" if device.startswith("cuda") else "float32"))
     parts = {"mtp": ("mtp",), "heads": ("heads",), "eagle": ("eagle",), "draft": ("draft",)}.get(args.method, ())

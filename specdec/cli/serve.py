@@ -7,7 +7,7 @@ import sys
 
 import torch
 
-from specdec.cli.common import UsageError
+from specdec.cli.common import UsageError, add_threads, threads
 from specdec.decoder.engine import Engine
 from specdec.serving.scheduler import Scheduler
 from specdec.serving.server import ServerArgs, bind, describe, run, warm_up
@@ -37,9 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
                    help="default: float32 on CPU, bfloat16 on CUDA")
     p.add_argument("--cuda-graphs", default="auto", choices=["auto", "on", "off"])
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch CPU threads (default 1: on a small machine shared with its clients, more threads spin "
-                        "against each other and a step can take ten times longer)")
+    add_threads(p)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -48,9 +46,7 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError("--k and --max-running-requests must be >= 1")
     if not 0 <= args.port < 65536:
         raise UsageError(f"--port must be in 0..65535, got {args.port}")
-    if args.threads < 1:
-        raise UsageError(f"--threads must be >= 1, got {args.threads}")
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(threads(args))
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = getattr(torch, args.dtype or ("bfloat16" if device.startswith("cuda") else "float32"))
     try:

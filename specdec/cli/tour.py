@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specdec.cli.common import one_line_errors
+from specdec.cli.common import add_threads, one_line_errors, threads
 from specdec.cli.tour_lab2 import tour_lab2
 from specdec.sim import formulas, montecarlo, verify
 from specdec.sim.formulas import expected_tokens_per_step, optimal_k, walltime_improvement
@@ -26,6 +26,7 @@ STICKINESS = (0.0, 0.3, 0.5, 0.7, 0.9, 0.97)
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     one_line_errors(parser)
     parser.add_argument("--out", default="tour-output", help="folder for the plots (default tour-output/)")
+    add_threads(parser)
 
 
 def _figure(title: str, xlabel: str, ylabel: str):
@@ -155,6 +156,7 @@ def _plot_montecarlo(outdir: Path, sweep) -> Path:
 
 
 def main(args: argparse.Namespace) -> int:
+    n = threads(args)
     tour_lab1(args.out)
-    tour_lab2(args.out)
+    tour_lab2(args.out, n)
     return 0

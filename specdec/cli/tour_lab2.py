@@ -44,9 +44,10 @@ def _plot(outdir: Path, rows: list[dict]) -> Path:
     return path
 
 
-def tour_lab2(outdir: str | Path = "tour-output") -> str:
+def tour_lab2(outdir: str | Path = "tour-output", threads: int = 1) -> str:
     """Decode PROMPT with plain decoding and each proposer (k = 4, batch 1); print and return the table."""
 
+    torch.set_num_threads(threads)
     t0 = time.perf_counter()
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
