@@ -52,9 +52,8 @@ def autocast(device: str):
     return torch.autocast("cpu", enabled=False)
 
 
-def soft_ce(logits: torch.Tensor, teacher_logits: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy against the teacher's distribution (self-distillation)."""
-    p = teacher_logits.float().softmax(-1)
+def soft_ce(logits: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy against the teacher's distribution p (self-distillation)."""
     return -(p * logits.float().log_softmax(-1)).sum(-1).mean()
 
 
@@ -111,7 +110,7 @@ def train_lm(model: Transformer, batches, heldout: torch.Tensor, stage, device: 
         if teacher is None:
             loss = F.cross_entropy(logits.float().flatten(0, 1), x[:, 1:].flatten())
         else:
-            loss = soft_ce(logits, t_logits)
+            loss = soft_ce(logits, t_logits.float().softmax(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -195,8 +194,9 @@ def draft_losses(target: Transformer, mtp: MTPLayer, heads: MTPHeads | None, eag
     pos = torch.arange(T - 1, device=ids.device).expand(B, T - 1)
     out: dict[str, torch.Tensor] = {}
     agree: dict[str, float] = {}
-    teacher = t_logits[:, 1:]  # predicts x_{t+2} for t = 0..T-2
-    greedy = teacher.argmax(-1)
+    probs = t_logits.float().softmax(-1)  # once: every module's loss reads a slice of it
+    teacher = probs[:, 1:]  # predicts x_{t+2} for t = 0..T-2
+    greedy = t_logits[:, 1:].argmax(-1)
     # MTP layer (MiMo): token x_{t+1} embedded and normed, hidden normed, projected; chained.
     mtp_losses = []
     for d, g in enumerate(mtp_unrolled(mtp, h[:, :-1], ids[:, 1:], target.embed_tokens, len(mtp_weights)), 1):
@@ -214,7 +214,7 @@ def draft_losses(target: Transformer, mtp: MTPLayer, heads: MTPHeads | None, eag
         head_losses = []
         for i in range(1, heads.num_heads + 1):
             logits_i = target.lm_head(states[:, : T - i, i - 1])
-            head_losses.append(soft_ce(logits_i, t_logits[:, i:]))
+            head_losses.append(soft_ce(logits_i, probs[:, i:]))
             agree[f"head{i}"] = (logits_i.argmax(-1) == t_logits[:, i:].argmax(-1)).float().mean().item()
         out["heads"] = torch.stack(head_losses).mean()
     return out, agree
