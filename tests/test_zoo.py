@@ -216,3 +216,54 @@ def test_eval_writes_figures_and_keeps_the_other_keys(tmp_path, capsys):
     assert len(fig["goals"]) == 2 + 1 + len(METHODS)
     assert "Goals of the zoo" in capsys.readouterr().out
     assert "tau = tokens per verify step" in format_info(zoo_info(root))
+
+
+# -- the MTP layer trained as decoding chains it ----------------------------------------------------
+@torch.no_grad()
+def test_unrolled_mtp_training_matches_the_cached_decode_chain():
+    """Step d of the training forward at position a + d - 1 equals the layer run as a decode runs it:
+    its KV cache extended over positions 0..a with target states, then one draft step at a time fed
+    its own output state (and the token that follows, as when the earlier drafts were accepted)."""
+    from specdec.decoder.draft_modules import MTPLayer
+    from specdec.decoder.kv_cache import KVCache
+    from specdec.decoder.model import ModelConfig
+    from specdec.zoo.train import mtp_unrolled
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=64, attention_bias=True)
+    mtp, embed = MTPLayer(cfg).eval(), torch.nn.Embedding(50, 32)
+    B, T, depths = 2, 12, 4
+    hidden, next_ids = torch.randn(B, T, 32), torch.randint(0, 50, (B, T))
+    states = mtp_unrolled(mtp, hidden, next_ids, embed, depths)
+    assert len(states) == depths and all(g.shape == (B, T, 32) for g in states)
+    for a in range(T - depths + 1):
+        cache = KVCache.for_model(mtp, B, T)
+        g = mtp(hidden[:, :a + 1], next_ids[:, :a + 1], torch.arange(a + 1).expand(B, a + 1), embed, cache, T)[:, -1:]
+        assert torch.allclose(g[:, 0], states[0][:, a], atol=1e-5)
+        for d in range(2, depths + 1):
+            p = a + d - 1
+            g = mtp(g, next_ids[:, p:p + 1], torch.full((B, 1), p), embed, cache, T)
+            assert torch.allclose(g[:, 0], states[d - 1][:, p], atol=1e-5), (a, d)
+    # Not the same as feeding every step the target's state: the chain really reads its own output.
+    plain = mtp(hidden, next_ids, torch.arange(T).expand(B, T), embed)
+    assert torch.allclose(plain, states[0], atol=1e-5) and not torch.allclose(plain[:, 1:], states[1][:, 1:], atol=1e-3)
+
+
+def test_unrolled_mtp_losses_train_every_step():
+    from specdec.decoder.draft_modules import MTPLayer
+    from specdec.decoder.model import ModelConfig, Transformer
+    from specdec.zoo.train import draft_losses
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                      num_key_value_heads=1, max_position_embeddings=64)
+    target, mtp = Transformer(cfg).eval().requires_grad_(False), MTPLayer(cfg)
+    x = torch.randint(0, 40, (2, 17))
+    losses, agree = draft_losses(target, mtp, None, None, x, (1.0, 0.5, 0.25))
+    assert set(losses) == {"mtp"} and set(agree) == {"mtp", "mtp2", "mtp3"}
+    losses["mtp"].backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in mtp.parameters())
+    # the deeper steps add their losses to step 1's
+    step1, _ = draft_losses(target, mtp, None, None, x, (1.0,))
+    assert step1["mtp"].item() < losses["mtp"].item()

@@ -74,7 +74,7 @@ def build_zoo(recipe: Recipe, out: Path, device: str = "cpu", progress: bool = T
     heads = MTPHeads(tcfg.hidden_size, recipe.num_heads)
     eagle = EagleHead(eagle_config(tcfg, recipe.eagle_intermediate))
     log_h = train_draft_modules(target, mtp, heads, eagle, mixed, heldout, scaled(recipe.heads_stage), device,
-                                recipe.seed, progress)
+                                recipe.seed, progress, recipe.mtp_weights)
     say(f"draft modules: best {log_h.best}")
 
     for sub in ("target", "draft"):

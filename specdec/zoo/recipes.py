@@ -32,6 +32,10 @@ class Recipe:
     self_data_new_tokens: int = 384
     self_data_batch: int = 256
     generated_fraction: float = 0.5
+    # The MTP layer is trained chained over len(mtp_weights) draft steps (decode uses k = 4), step d's
+    # loss weighted by mtp_weights[d - 1]: step d only counts when steps 1..d-1 were accepted, so its
+    # weight falls roughly as the chance of that (0.7 per step).
+    mtp_weights: tuple[float, ...] = (1.0, 0.7, 0.49, 0.343)
     max_code_bytes: int | None = None
     seed: int = 0
     notes: str = ""

@@ -82,6 +82,13 @@ def training_lines(info: dict) -> list[str]:
             agree = best.get("heldout_top1_agreement", {})
             b = "held-out top-1 agreement with the target " + ", ".join(f"{k} {v:.3f}" for k, v in agree.items())
         out.append(f"  {s['name']}: {s['steps']:,} steps, {s['tokens']:,} tokens, {s['seconds']} s; {b}")
+    u = info.get("mtp_unrolled")
+    if u:
+        c, b = u["candidates"][u["installed"]], u["candidates"]["shipped"]
+        out.append(f"  MTP layer retrained alone, chained over {len(u['mtp_weights'])} draft steps, on {u['device']} "
+                   f"(torch {u['torch']}) by `{u['script']}`: {c['steps']:,} steps from {c['init']} in {c['seconds']} s; "
+                   "held-out greedy acceptance by position " + " ".join(f"{x:.3f}" for x in b["acceptance_by_position"])
+                   + " -> " + " ".join(f"{x:.3f}" for x in c["acceptance_by_position"]))
     c = info.get("corpus")
     if c:
         out.append(f"  corpus: Python {c['python']} standard library, {c['modules']} modules, {c['train_docs']:,} "
@@ -154,6 +161,52 @@ def format_figures(fig: dict) -> str:
     return "\n".join(lines)
 
 
+def mtp_unrolled_markdown(u: dict, fig: dict | None) -> list[str]:
+    """docs/zoo.md's section on the MTP layer retrained as decoding chains it, with figures before and after."""
+    k = len(u["mtp_weights"])
+    cands = u["candidates"]
+    lines = ["## The MTP layer, trained as it is used", "",
+             f"Decoding applies the MTP layer k = {k} times per verify step: step 1 reads the target's hidden state "
+             "`h_t` and the token `x_{t+1}`; step d > 1 reads the layer's own output state of step d - 1 and the token "
+             "drafted before it. The recipe first trained it on target hidden states only; "
+             f"`{u['script']}` then retrained the shipped layer alone (the target body, draft, heads and EAGLE head "
+             "kept byte for byte), chained over k steps (`specdec.zoo.train.mtp_unrolled`), on the recipe's "
+             "self-distillation data rebuilt from the shipped target, with the loss of step d weighted "
+             + ", ".join(f"{w:g}" for w in u["mtp_weights"]) + " (soft cross-entropy against the target's "
+             "distribution at the matching offset). Log: `" + u["log"] + "`.", "",
+             "What training matches: step d at position p (the chain anchored at a = p - d + 1) reads step d - 1's "
+             "state at p - 1 and the token `x_{p+1}`, and its attention sees exactly what the layer's KV cache holds "
+             "at that moment of a decode: entries written from target hidden states at the committed positions "
+             "<= a, and the chain's own entries of steps 2..d at a + 1..p (the cache is extended over the verified "
+             "positions first, then filled one draft step at a time); the token input is zeroed at position 0 in both. "
+             "`tests/test_zoo.py` checks the training forward against the layer's cached decode forward.", "",
+             "What it approximates: step d reads the tokens of the training text (teacher forcing), where decoding "
+             "reads the layer's own drafts; the two agree exactly when the earlier drafts were accepted, the only "
+             "case in which step d's draft counts (on the half of each batch that the target wrote itself they are "
+             "its own greedy tokens; on the corpus half they are the corpus's, with the target's distributions "
+             "conditioned on the same tokens). Every position of a window is an anchor with equal weight, where a "
+             "decode visits the anchors its acceptances lead to; training runs in bf16, decoding here in fp32.", ""]
+    rows = [[n, c["init"], f"{c['steps']:,}" if "steps" in c else "-", " ".join(f"{x:.3f}" for x in c["acceptance_by_position"]),
+             f"{c['tau_estimate']:.2f}", "yes" if n == u["installed"] else ""] for n, c in cands.items()]
+    # "shipped" is the layer as the recipe trained it; the others were retrained from it or from scratch.
+    lines += [f"Candidates, compared on {u['heldout_metric']}; 1 + their sum estimates tau at k = {k}:", "",
+              table(["candidate", "starting point", "steps", f"acceptance by position 1..{k}", "tau estimate", "installed"], rows), ""]
+    before = (u.get("before") or {}).get("acceptance")
+    after = (fig or {}).get("acceptance", {}).get("mtp")
+    if before and after:
+        rows = []
+        for c in CATEGORIES:
+            b, a = before[c][-1], after[c][-1]
+            rows.append([c, f"{b['tau']:.2f} ± {b['tau_stderr']:.2f}", f"{a['tau']:.2f} ± {a['tau_stderr']:.2f}",
+                         _k_cell(b), _k_cell(a)])
+        k_last = after[CATEGORIES[0]][-1]["k"]
+        lines += [f"The decoder's figures for the MTP layer at k = {k_last} (greedy, CPU, fp32, the prompts of the "
+                  f"measured figures below): before, as `{u['before']['command']}` measured them on {u['before']['date']} "
+                  f"(measured again, unchanged, in `{u['before']['log']}`); after, the measured figures below:", "",
+                  table(["category", "tau before", "tau after", f"acceptance by position 1..{k_last} before", "after"], rows), ""]
+    return lines
+
+
 def zoo_markdown(info: dict) -> str:
     """docs/zoo.md: what the zoo is, how it was trained, and its measured figures."""
     name, fig = info.get("name", "?"), info.get("figures")
@@ -183,6 +236,8 @@ def zoo_markdown(info: dict) -> str:
         lines.append(f"- script: `{TRAIN_SCRIPT}`; its log: `{TRAIN_LOG}`; rebuild with "
                      f"`specdec zoo build --recipe {info.get('recipe', name)} --device cuda`")
     lines.append("")
+    if info.get("mtp_unrolled"):
+        lines += mtp_unrolled_markdown(info["mtp_unrolled"], fig)
     if not fig:
         lines += ["## Measured figures", "", f"Not measured yet: `specdec zoo eval {name} --write`.", ""]
         return "\n".join(lines)

@@ -52,9 +52,8 @@ def autocast(device: str):
     return torch.autocast("cpu", enabled=False)
 
 
-def soft_ce(logits: torch.Tensor, teacher_logits: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy against the teacher's distribution (self-distillation)."""
-    p = teacher_logits.float().softmax(-1)
+def soft_ce(logits: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy against the teacher's distribution p (self-distillation)."""
     return -(p * logits.float().log_softmax(-1)).sum(-1).mean()
 
 
@@ -111,7 +110,7 @@ def train_lm(model: Transformer, batches, heldout: torch.Tensor, stage, device: 
         if teacher is None:
             loss = F.cross_entropy(logits.float().flatten(0, 1), x[:, 1:].flatten())
         else:
-            loss = soft_ce(logits, t_logits)
+            loss = soft_ce(logits, t_logits.float().softmax(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -129,11 +128,63 @@ def train_lm(model: Transformer, batches, heldout: torch.Tensor, stage, device: 
     return log
 
 
-def draft_losses(target: Transformer, mtp: MTPLayer, heads: MTPHeads, eagle: EagleHead, x: torch.Tensor):
-    """Losses and first-proposal agreement for the three draft modules on one batch x [B, T+1].
+class DepthKV:
+    """The MTP layer's KV cache as unrolled training fills it: the keys and values of every depth
+    side by side (depth d's entry for position p in slot (d - 1) * T + p), appended, never written in
+    place, so autograd can follow them. `depth_mask` says which slots a query of each depth reads."""
+
+    def __init__(self) -> None:
+        self.k: list = [None]
+        self.v: list = [None]
+
+    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor) -> None:
+        self.k[layer] = k if self.k[layer] is None else torch.cat((self.k[layer], k), 2)
+        self.v[layer] = v if self.v[layer] is None else torch.cat((self.v[layer], v), 2)
+
+
+def depth_mask(T: int, depth: int, group: int, device) -> torch.Tensor:
+    """Which slots the depth-`depth` query at position p reads, as at decode time: the chain started
+    at anchor a = p - depth + 1 sees depth-1 entries (target hidden states) at positions <= a, and its
+    own depth-j entry at position a + j - 1 for j = 2..depth. [1, 1, group*T, depth*T] bool, in the
+    row order of the attention's grouped query heads."""
+    p = torch.arange(T, device=device).view(T, 1)
+    s = torch.arange(T, device=device).view(1, T)
+    blocks = [s <= p - depth + 1] + [s == p - depth + j for j in range(2, depth + 1)]
+    return torch.cat(blocks, 1).repeat(group, 1).view(1, 1, group * T, depth * T)
+
+
+def mtp_unrolled(mtp: MTPLayer, hidden: torch.Tensor, next_ids: torch.Tensor, embed: torch.nn.Embedding,
+                 depths: int) -> list[torch.Tensor]:
+    """The MTP layer chained `depths` times over every position at once: states g^1..g^D [B, T, H].
+
+    g^d at position p is the d-th draft step of the chain anchored at a = p - d + 1: it reads
+    g^{d-1} at p - 1 (g^0 = the target's hidden state at p) and the token x_{p+1} = next_ids[:, p],
+    and its logits predict x_{p+2}. Positions p < d - 1 have no anchor and are to be ignored."""
+    B, T = next_ids.shape
+    pos = torch.arange(T, device=next_ids.device).expand(B, T)
+    emb = embed(next_ids)
+    cfg = mtp.config
+    group = cfg.num_attention_heads // cfg.num_key_value_heads
+    kv, states, rotary = DepthKV(), [], None
+    # Step d reads the verified token x_{p+1}, not the chain's own guess: a draft after a wrong one is
+    # thrown away, so only chains whose earlier drafts were right (and equal these tokens) ever count.
+    for d in range(1, depths + 1):
+        x = mtp.combine(emb, hidden, pos)
+        rotary = rotary or mtp.rotary(pos, x.dtype)
+        g = mtp.finish(mtp.block(x, *rotary, kv, 0, pos, depth_mask(T, d, group, next_ids.device)))
+        states.append(g)
+        hidden = F.pad(g[:, :-1], (0, 0, 1, 0))  # the next depth at p reads this one at p - 1
+    return states
+
+
+def draft_losses(target: Transformer, mtp: MTPLayer, heads: MTPHeads | None, eagle: EagleHead | None,
+                 x: torch.Tensor, mtp_weights: tuple[float, ...] = (1.0,)):
+    """Losses and top-1 agreement with the target for the draft modules on one batch x [B, T+1].
 
     Position t (0-based) holds h_t; the target's logits at t predict x_{t+1}.
-      MTP layer and EAGLE at t read (h_t, x_{t+1}) and should predict what the target predicts at t+1.
+      MTP layer and EAGLE at t read (h_t, x_{t+1}) and should predict what the target predicts at t+1;
+      the MTP layer is unrolled over len(mtp_weights) draft steps (see mtp_unrolled), the loss of
+      step d weighted by mtp_weights[d - 1]; agreement "mtp" is step 1's, "mtp{d}" step d's.
       Parallel head i at t reads h_t and should predict what the target predicts at t+i.
     """
     ids = x[:, :-1]
@@ -143,47 +194,52 @@ def draft_losses(target: Transformer, mtp: MTPLayer, heads: MTPHeads, eagle: Eag
     pos = torch.arange(T - 1, device=ids.device).expand(B, T - 1)
     out: dict[str, torch.Tensor] = {}
     agree: dict[str, float] = {}
-    teacher = t_logits[:, 1:]  # predicts x_{t+2} for t = 0..T-2
-    greedy = teacher.argmax(-1)
-    # MTP layer (MiMo): token x_{t+1} embedded and normed, hidden normed, projected.
-    g = mtp(h[:, :-1], ids[:, 1:], pos, target.embed_tokens)
-    m_logits = target.lm_head(g)
-    out["mtp"] = soft_ce(m_logits, teacher)
-    agree["mtp"] = (m_logits.argmax(-1) == greedy).float().mean().item()
-    # EAGLE: regress the next hidden state, and match the target's distribution through the LM head.
-    e = eagle(h[:, :-1], ids[:, 1:], pos, target.embed_tokens)
-    e_logits = target.lm_head(e)
-    out["eagle"] = F.smooth_l1_loss(e.float(), h[:, 1:].float()) + 0.5 * soft_ce(e_logits, teacher)
-    agree["eagle"] = (e_logits.argmax(-1) == greedy).float().mean().item()
-    # Parallel heads: head i (1-based) at t predicts what the target predicts at t + i.
-    states = heads(h)  # [B, T, k, H]
-    head_losses = []
-    for i in range(1, heads.num_heads + 1):
-        logits_i = target.lm_head(states[:, : T - i, i - 1])
-        head_losses.append(soft_ce(logits_i, t_logits[:, i:]))
-        agree[f"head{i}"] = (logits_i.argmax(-1) == t_logits[:, i:].argmax(-1)).float().mean().item()
-    out["heads"] = torch.stack(head_losses).mean()
+    probs = t_logits.float().softmax(-1)  # once: every module's loss reads a slice of it
+    teacher = probs[:, 1:]  # predicts x_{t+2} for t = 0..T-2
+    greedy = t_logits[:, 1:].argmax(-1)
+    # MTP layer (MiMo): token x_{t+1} embedded and normed, hidden normed, projected; chained.
+    mtp_losses = []
+    for d, g in enumerate(mtp_unrolled(mtp, h[:, :-1], ids[:, 1:], target.embed_tokens, len(mtp_weights)), 1):
+        m_logits = target.lm_head(g[:, d - 1:])
+        mtp_losses.append(mtp_weights[d - 1] * soft_ce(m_logits, teacher[:, d - 1:]))
+        agree["mtp" if d == 1 else f"mtp{d}"] = (m_logits.argmax(-1) == greedy[:, d - 1:]).float().mean().item()
+    out["mtp"] = torch.stack(mtp_losses).sum()
+    if eagle is not None:  # EAGLE: regress the next hidden state, and match the target's distribution.
+        e = eagle(h[:, :-1], ids[:, 1:], pos, target.embed_tokens)
+        e_logits = target.lm_head(e)
+        out["eagle"] = F.smooth_l1_loss(e.float(), h[:, 1:].float()) + 0.5 * soft_ce(e_logits, teacher)
+        agree["eagle"] = (e_logits.argmax(-1) == greedy).float().mean().item()
+    if heads is not None:  # Parallel heads: head i (1-based) at t predicts what the target predicts at t + i.
+        states = heads(h)  # [B, T, k, H]
+        head_losses = []
+        for i in range(1, heads.num_heads + 1):
+            logits_i = target.lm_head(states[:, : T - i, i - 1])
+            head_losses.append(soft_ce(logits_i, probs[:, i:]))
+            agree[f"head{i}"] = (logits_i.argmax(-1) == t_logits[:, i:].argmax(-1)).float().mean().item()
+        out["heads"] = torch.stack(head_losses).mean()
     return out, agree
 
 
-def train_draft_modules(target: Transformer, mtp: MTPLayer, heads: MTPHeads, eagle: EagleHead,
+def train_draft_modules(target: Transformer, mtp: MTPLayer, heads: MTPHeads | None, eagle: EagleHead | None,
                         batches, heldout: torch.Tensor, stage, device: str, seed: int = 0,
-                        progress: bool = True) -> StageLog:
-    """Train the MTP layer, the parallel heads and the EAGLE head together, target frozen."""
+                        progress: bool = True, mtp_weights: tuple[float, ...] = (1.0,)) -> StageLog:
+    """Train the MTP layer (unrolled over len(mtp_weights) steps) and, when given, the parallel heads
+    and the EAGLE head together, target frozen; keeps the weights with the best held-out agreement."""
     target.to(device).eval().requires_grad_(False)
-    modules = [mtp.to(device).train(), heads.to(device).train(), eagle.to(device).train()]
+    modules = [m.to(device).train() for m in (mtp, heads, eagle) if m is not None]
     params = [p for m in modules for p in m.parameters()]
     opt = torch.optim.AdamW(params, lr=stage.lr, betas=(0.9, 0.95), weight_decay=0.0)
     windows = _eval_windows(heldout, stage.seq_len, 32, seed + 11)
-    log, t0 = StageLog("mtp+heads+eagle"), time.time()
+    name = "+".join(n for n, m in (("mtp", mtp), ("heads", heads), ("eagle", eagle)) if m is not None)
+    log, t0 = StageLog(name), time.time()
     best_score, best_states = -1.0, None
-    bar = tqdm(range(stage.steps), desc="train MTP layer + heads + EAGLE", disable=not progress, mininterval=2)
+    bar = tqdm(range(stage.steps), desc=f"train {name}", disable=not progress, mininterval=2)
     for step in bar:
         for group in opt.param_groups:
             group["lr"] = lr_at(step, stage.steps, stage.lr)
         x = batches(stage.batch).to(device)
         with autocast(device):
-            losses, _ = draft_losses(target, mtp, heads, eagle, x)
+            losses, _ = draft_losses(target, mtp, heads, eagle, x, mtp_weights)
         loss = sum(losses.values())
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -193,13 +249,13 @@ def train_draft_modules(target: Transformer, mtp: MTPLayer, heads: MTPHeads, eag
             for m in modules:
                 m.eval()
             with torch.no_grad(), autocast(device):
-                agrees = [draft_losses(target, mtp, heads, eagle, windows[i:i + 8].to(device))[1]
+                agrees = [draft_losses(target, mtp, heads, eagle, windows[i:i + 8].to(device), mtp_weights)[1]
                           for i in range(0, len(windows), 8)]
             for m in modules:
                 m.train()
             ev = {k: round(sum(a[k] for a in agrees) / len(agrees), 4) for k in agrees[0]}
             log.curve.append((step + 1, round(loss.item(), 4), ev))
-            bar.set_postfix(loss=f"{loss.item():.3f}", mtp=ev["mtp"], head1=ev["head1"], eagle=ev["eagle"])
+            bar.set_postfix(loss=f"{loss.item():.3f}", **{k: ev[k] for k in ("mtp", "head1", "eagle") if k in ev})
             score = sum(ev.values())
             if score > best_score:
                 best_score = score
