@@ -239,11 +239,11 @@ def test_unrolled_mtp_training_matches_the_cached_decode_chain():
     assert len(states) == depths and all(g.shape == (B, T, 32) for g in states)
     for a in range(T - depths + 1):
         cache = KVCache.for_model(mtp, B, T)
-        g = mtp(hidden[:, :a + 1], next_ids[:, :a + 1], torch.arange(a + 1).expand(B, a + 1), embed, cache, T)[:, -1:]
+        g = mtp(hidden[:, :a + 1], next_ids[:, :a + 1], torch.arange(a + 1).expand(B, a + 1), embed, cache)[:, -1:]
         assert torch.allclose(g[:, 0], states[0][:, a], atol=1e-5)
         for d in range(2, depths + 1):
             p = a + d - 1
-            g = mtp(g, next_ids[:, p:p + 1], torch.full((B, 1), p), embed, cache, T)
+            g = mtp(g, next_ids[:, p:p + 1], torch.full((B, 1), p), embed, cache)
             assert torch.allclose(g[:, 0], states[d - 1][:, p], atol=1e-5), (a, d)
     # Not the same as feeding every step the target's state: the chain really reads its own output.
     plain = mtp(hidden, next_ids, torch.arange(T).expand(B, T), embed)
