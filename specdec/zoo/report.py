@@ -201,8 +201,9 @@ def mtp_unrolled_markdown(u: dict, fig: dict | None) -> list[str]:
                          _k_cell(b), _k_cell(a)])
         k_last = after[CATEGORIES[0]][-1]["k"]
         lines += [f"The decoder's figures for the MTP layer at k = {k_last} (greedy, CPU, fp32, the prompts of the "
-                  f"measured figures below): before, as `{u['before']['command']}` measured them on {u['before']['date']} "
-                  f"(measured again, unchanged, in `{u['before']['log']}`); after, the measured figures below:", "",
+                  f"measured figures below, the same decoder): before, the layer as first trained ({u['before'].get('weights', '')}), "
+                  f"measured by `{u['before']['command']}` on {u['before']['date']} (log `{u['before']['log']}`); after, "
+                  f"the measured figures below:", "",
                   table(["category", "tau before", "tau after", f"acceptance by position 1..{k_last} before", "after"], rows), ""]
     return lines
 
