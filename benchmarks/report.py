@@ -201,7 +201,8 @@ def engine_check_section() -> str:
 `benchmarks/gpu_check_engine.sh`, after the decoder became one speculative step and a step-level engine that admits and
 retires rows between steps: `tests/test_cuda_graphs.py` on the GPU ({passed}: graphed output equals eager for every
 proposer, also while requests join and leave a running batch), then the same `specdec decode --compare` as section 6,
-with the parallel heads added. Log `benchmarks/logs/gpu_check_engine.log`.
+with the parallel heads added. Log `benchmarks/logs/gpu_check_engine.log`. This run still had the MTP layer as first
+trained: the shipped layer was retrained later the same day (`docs/zoo.md`), and no GPU was lent after that.
 
 {table(["method", "CUDA graphs", "tau", "tokens/s", "plain tokens/s", "speedup", "identical to plain"], rows)}
 """
@@ -242,7 +243,9 @@ measured (`step_time_dict`).
 def render() -> str:
     parts = ["# Measured results\n\nEvery number below is read from `benchmarks/results/*.json`, written by the scripts named in "
              "each section, and this page is generated from them by `python benchmarks/report.py`. The GPU runs were made on "
-             "2026-11-21 on one NVIDIA H200 (torch 2.11.0+cu130, Python 3.12); the CPU runs on the 2-core development machine.\n"]
+             "2026-11-21 on one NVIDIA H200 (torch 2.11.0+cu130, Python 3.12), section 7 on 2026-11-23; the CPU runs on the 2-core "
+             "development machine. The GPU sections measured the MTP layer as first trained; the shipped layer was retrained "
+             "on 2026-11-23 (`docs/zoo.md`), after the last GPU run of that day.\n"]
     if (lat := load("latency.json")):
         parts.append(latency_section(lat))
     if (o := load("oracle.json")):
