@@ -200,3 +200,10 @@ def test_check_in_a_notebook_namespace(capsys):
     res = check("lab1.q4", {"alpha_of": alpha_of})
     assert res.score == 1.0
     assert "lab1.q4 [PASS] 1/1" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("fn", [speculative_step_resamples_q, speculative_step_no_bonus], ids=lambda f: f.__name__)
+def test_the_classic_sampling_bugs_earn_well_under_half(fn, seeded):
+    """Output that does not follow p is a wrong sampler, whatever its mechanics get right."""
+    res = run_check(get_exercise("lab1.q3"), {"speculative_step": fn}, seed=seeded)
+    assert res.score < 0.4, res.message

@@ -28,3 +28,7 @@ def test_tour_prints_both_labs_and_writes_plots(tmp_path):
     tau = float(rows["MTP layer"].split("|")[2])
     assert 1.0 < tau <= 5.0  # k = 4: between 1 and k + 1 tokens per step
     assert re.search(r"\d+\.\d\dx", rows["EAGLE head"])  # a measured speedup
+    speedups = [float(re.search(r"(\d+\.\d\d)x", rows[m]).group(1)) for m in rows if m != "plain"]
+    # the reason is printed exactly when speculation lost somewhere, with the measured step costs
+    assert ("why" in lab2 and "plain steps on this CPU" in lab2) == any(s < 1 for s in speedups), lab2
+    assert "load average" in lab2 and "thread(s)" in lab2

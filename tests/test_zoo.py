@@ -188,7 +188,7 @@ def test_info_report_lists_parts_sizes_and_figures():
         assert d["path"] in text and f"{d['bytes']:,}" in text
     assert f"{info['total_bytes']:,}" in text
     if info.get("figures"):
-        assert "tau = tokens per verify step" in text and "Goals of the zoo" in text
+        assert "tau = tokens per verify step" in text and "What the zoo was built to reach" in text
     else:
         assert "specdec zoo eval tiny --write" in text
     bare = format_info({k: v for k, v in info.items() if k != "figures"})
@@ -214,7 +214,7 @@ def test_eval_writes_figures_and_keeps_the_other_keys(tmp_path, capsys):
             assert all(r["identical_to_plain"] and 1.0 <= r["tau"] <= r["k"] + 1 for r in rows), (m, c)
     assert all(v["loss"] > 0 for part in fig["heldout_loss"].values() for v in part.values())
     assert len(fig["goals"]) == 2 + 1 + len(METHODS)
-    assert "Goals of the zoo" in capsys.readouterr().out
+    assert "What the zoo was built to reach" in capsys.readouterr().out
     assert "tau = tokens per verify step" in format_info(zoo_info(root))
 
 

@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "zoo": ("specdec.cli.zoo", "the embedded model zoo: info, path, build, eval"),
     "grade": ("specdec.cli.grade", "grade lab notebooks (Gradescope JSON, CSV, summary)"),
     "labs": ("specdec.cli.labs", "generate labs/ from solutions/ (or --check that they agree)"),
+    "execute": ("specdec.cli.execute", "run a notebook headless and write the executed copy (with its check results)"),
     "launch": ("specdec.cli.launch", "Lab 3: start an SGLang (or specdec serve) server with a checked speculative config"),
     "bench": ("specdec.cli.bench", "Lab 3: concurrency sweep against a server, or --compare two sweeps"),
 }
@@ -34,7 +35,7 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
         if name == verb:
             mod = importlib.import_module(module)
             mod.add_arguments(p)
-            p.set_defaults(_module=mod)
+            p.set_defaults(_module=mod, _parser=p)
     return parser
 
 
@@ -42,7 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     verb = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(verb if verb in COMMANDS else None)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # a misspelled flag: the verb's own usage, not the top level's
+        (getattr(args, "_parser", None) or parser).error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "_module", None):
         parser.print_help()
         return 2

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 import torch
 
-from specdec.cli.common import UsageError, add_threads, threads
+from specdec.cli.common import UsageError, add_threads, busy_warning, machine, threads
 from specdec.decoder.engine import METHODS, Engine
 from specdec.zoo import ModelNotFound, load_bundle
 
@@ -49,6 +50,8 @@ def main(args) -> int:
             raise UsageError(f"--{name.replace('_', '-')} must be >= {low}, got {getattr(args, name)}")
     torch.set_num_threads(threads(args))
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise UsageError("--device cuda but no CUDA device is visible; use --device cpu")
     dtype = getattr(torch, args.dtype or ("bfloat16" if device.startswith("cuda") else "float32"))
     parts = {"mtp": ("mtp",), "heads": ("heads",), "eagle": ("eagle",), "draft": ("draft",)}.get(args.method, ())
     texts = args.prompt or [DEFAULT_PROMPT]
@@ -74,6 +77,7 @@ def main(args) -> int:
     out["model"] = args.model
     out["device"] = str(device)
     out["text"] = [bundle.tokenizer.decode(t) for t in res.tokens]
+    out["threads"], out["load_average"] = torch.get_num_threads(), os.getloadavg()[0]
     if base is not None:
         out["plain_tokens_per_s"] = base.tokens_per_s
         out["speedup"] = res.tokens_per_s / base.tokens_per_s
@@ -96,4 +100,7 @@ def main(args) -> int:
     if base is not None:
         print(f"plain decoding {base.tokens_per_s:.1f} tokens/s -> speedup {out['speedup']:.2f}x"
               + (f"; identical output: {out['same_as_plain']}" if args.temperature == 0 else ""))
+    print(f"timed on {device}: {machine(torch.get_num_threads())}")
+    if (warn := busy_warning()) and not device.startswith("cuda"):
+        print(warn)
     return 0

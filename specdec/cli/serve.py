@@ -48,6 +48,8 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError(f"--port must be in 0..65535, got {args.port}")
     torch.set_num_threads(threads(args))
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise UsageError("--device cuda but no CUDA device is visible; use --device cpu")
     dtype = getattr(torch, args.dtype or ("bfloat16" if device.startswith("cuda") else "float32"))
     try:
         bundle = load_bundle(args.model, PARTS.get(method, ()), device=device, dtype=dtype,

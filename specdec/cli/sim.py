@@ -55,6 +55,9 @@ def _validate(args: argparse.Namespace) -> None:
             raise UsageError(f"--sharpness must be >= 0, got {args.sharpness}")
         if args.iid and args.alpha is None:
             raise UsageError("--iid needs --alpha")
+        if args.alpha is not None and not args.iid:
+            raise UsageError("--alpha with --monte-carlo needs --iid: the toy language's acceptance comes from its own "
+                             "distributions (see --stickiness, --sharpness)")
         if args.iid and args.greedy:
             raise UsageError("--iid and --greedy exclude each other")
     elif args.alpha is None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from specdec.cli.common import busy_warning, machine
 from specdec.decoder.engine import METHODS as LABELS
 from specdec.decoder.engine import Engine
 from specdec.zoo import load_bundle
@@ -74,13 +75,23 @@ def tour_lab2(outdir: str | Path = "tour-output", threads: int = 1) -> str:
                      "tokens_per_s": tps, "speedup": tps / plain_tps, "steps": res.steps,
                      "identical": all(r.tokens == plain_tokens for r in runs[m])})
     lines = [f"== Lab 2: static-k speculative decoding on the tiny zoo (CPU, fp32, greedy, k={K}, batch 1, "
-             f"{len(plain_tokens[0])} new tokens, median of {REPEATS} runs, {torch.get_num_threads()} threads) ==",
+             f"{len(plain_tokens[0])} new tokens, median of {REPEATS} runs; {machine(torch.get_num_threads())}) ==",
              f"prompt: {tok.decode(prompt[0])!r}",
              table(["method", "tau", "acceptance by position", "target forwards", "tokens/s", "speedup", "identical"],
                    [[LABELS[r["method"]], f"{r['tau']:.2f}", " ".join(f"{x:.2f}" for x in r["by_position"]) or "-",
                      r["steps"], f"{r['tokens_per_s']:.0f}", f"{r['speedup']:.2f}x", "yes" if r["identical"] else "NO"]
                     for r in rows]),
              "continuation (plain): " + repr(tok.decode(plain_tokens[0]))]
+    step_ms = {r["method"]: 1e3 * len(plain_tokens[0]) / r["tokens_per_s"] / r["steps"] for r in rows}
+    slower = [r for r in rows[1:] if r["speedup"] < 1]
+    if slower:  # say why at once: this is the first thing a newcomer sees
+        costs = ", ".join(f"{LABELS[r['method']]} {step_ms[r['method']] / step_ms['ar']:.1f}" for r in rows[1:])
+        lines.append(f"why {len(slower)} of {len(rows) - 1} are slower here: one speculative step (k drafts, then a verify "
+                     f"of k + 1 positions) cost this many plain steps on this CPU: {costs}. A tiny model in a CPU's cache "
+                     "is bound by arithmetic, not by reading its weights, so k + 1 positions cost more than one; on a "
+                     "memory-bound GPU they cost about the same and speculation pays (docs/results.md).")
+    if warn := busy_warning():
+        lines.append(warn)
     if not all(r["identical"] for r in rows):
         lines.append("WARNING: a speculative output differs from plain decoding: the decoder is not lossless here")
     lines.append(f"plot: {_plot(outdir, rows)}")

@@ -178,7 +178,7 @@ class Engine:
         need = len(prompt) + params.max_new_tokens + (self.k + 1 if self.proposer is not None else 1)
         if need > self.max_len:
             raise ValueError(f"prompt ({len(prompt)}) + max_new_tokens ({params.max_new_tokens}) + k needs {need} "
-                             f"cache slots; this engine has {self.max_len} (raise max_len)")
+                             f"cache slots; this engine has {self.max_len}")
 
     @torch.no_grad()
     def admit(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]) -> list[RowUpdate]:

@@ -123,7 +123,7 @@ def check_fits(request: Request, engine: Engine) -> None:
     try:
         engine.check_prompt(request.prompt_ids, request.params)
     except ValueError as exc:
-        raise BadRequest(f"the prompt does not fit: {exc}") from None
+        raise BadRequest(f"the request does not fit: {exc} (start the server with a larger --context-length)") from None
 
 
 # -- /generate ------------------------------------------------------------------------------------

@@ -6,6 +6,8 @@ import json
 import os
 from pathlib import Path
 
+from specdec.zoo.recipes import RECIPES
+
 PACKAGE_DIR = Path(__file__).resolve().parent  # the shipped zoo: specdec/zoo/tiny
 PARTS = ("target", "draft", "heads", "eagle")
 REQUIRED_FILES = {"target": ("config.json", "model.safetensors", "tokenizer.json"),
@@ -56,6 +58,8 @@ def rebuild_hint(name: str) -> str:
             recipe = json.loads((d / "zoo.json").read_text()).get("recipe", name)
         except (OSError, json.JSONDecodeError):
             pass
+    if recipe not in RECIPES:
+        return f"build one with `specdec zoo build --recipe NAME` (recipes: {', '.join(RECIPES)})"
     hint = f"rebuild it with `specdec zoo build --recipe {recipe}" + ("" if d is None or d == default_out(recipe) else f" --out {d}") + "`"
     return hint + (" (or restore it with `git checkout specdec/zoo/tiny`)" if name == "tiny" else "")
 

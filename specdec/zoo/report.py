@@ -140,7 +140,7 @@ def figure_tables(fig: dict) -> list[tuple[str, str]]:
                 table(["proposer", "category"] + [f"k={k}" for k in ks], pos_rows)))
     goals = fig.get("goals", [])
     if goals:
-        out.append(("Goals of the zoo (issue 3)",
+        out.append(("What the zoo was built to reach, and whether it does",
                     table(["goal", "measured", "value", "threshold", "met", "margin"],
                           [[g["goal"], g["measure"], f"{g['value']:.3f}", f"{g['threshold']:.3f}",
                             "yes" if g["met"] else "NO", f"{g['margin']:+.3f}"] for g in goals])))
