@@ -261,3 +261,18 @@ def test_the_port_in_use_is_a_one_line_error():
                            text=True, timeout=120)
     lines = [ln for ln in r.stderr.splitlines() if ln.strip() and not ln.startswith("specdec: no CUDA")]
     assert r.returncode == 2 and len(lines) == 1 and "cannot listen" in lines[0], r.stderr
+
+
+def test_chat_needs_the_models_chat_template():
+    """SGLang answers 400 to a chat for a model without a template, so specdec serve does too; the zoo's
+    template renders the plain transcript the zoo was trained on."""
+    from types import SimpleNamespace
+
+    from specdec.decoder.bundle import load_tokenizer
+    from specdec.serving.protocol import BadRequest, chat_prompt
+    from specdec.zoo import zoo_parts
+
+    with pytest.raises(BadRequest, match="no chat template"):
+        chat_prompt([{"role": "user", "content": "hi"}], SimpleNamespace(chat_template=None))
+    tok = load_tokenizer(zoo_parts("tiny")["target"])
+    assert chat_prompt([{"role": "user", "content": "hi"}], tok) == "user: hi\nassistant:"

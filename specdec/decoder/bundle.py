@@ -78,7 +78,7 @@ def model_paths(spec: str | Path, draft: str | Path | None = None) -> dict[str, 
 def _download(repo_id: str) -> Path:
     try:
         from huggingface_hub import snapshot_download  # optional: only for hub ids
-        return Path(snapshot_download(repo_id, allow_patterns=["*.json", "*.safetensors", "tokenizer*"]))
+        return Path(snapshot_download(repo_id, allow_patterns=["*.json", "*.safetensors", "tokenizer*", "*.jinja"]))
     except Exception as exc:  # offline, missing repo, gated model: one clear line
         first = str(exc).splitlines()[0] if str(exc) else ""
         raise ModelNotFound(f"could not fetch Hugging Face model {repo_id!r}: {type(exc).__name__}: {first}") from None

@@ -6,6 +6,8 @@ names only, at random), sweep results and launch scenarios; the references are s
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -36,6 +38,15 @@ def spec_meta(rng: np.random.Generator, k: int | None = None) -> dict:
     if rng.random() < 0.5:  # 0.5.16 also sends the older names of the same numbers (gone in 0.5.23)
         meta.update(spec_accepted_drafts=correct, spec_proposed_drafts=proposed, spec_accept_histogram=hist)
     return meta
+
+
+# Real answers of SGLang 0.5.16 (NEXTN, EAGLE and plain on the tiny zoo, recorded on an H200): every
+# check also runs on a few of these, so a definition that only fits made-up counters cannot pass.
+RECORDED = json.loads((Path(__file__).with_name("sglang_0516_metas.json")).read_text())["metas"]
+
+
+def recorded_metas(rng: np.random.Generator, n: int) -> list[dict]:
+    return [dict(RECORDED[i]) for i in rng.choice(len(RECORDED), size=n, replace=False)]
 
 
 def plain_meta(rng: np.random.Generator) -> dict:
@@ -75,6 +86,9 @@ def one_meta_cases(rng: np.random.Generator) -> list[Case]:
         meta = plain_meta(rng) if i == 3 else spec_meta(rng)
         cases.append(Case((meta,), shown=f"completion_tokens={meta['completion_tokens']}, "
                                          f"spec_verify_ct={meta.get('spec_verify_ct')}"))
+    for meta in recorded_metas(rng, 3):
+        cases.append(Case((meta,), shown=f"a real SGLang answer: completion_tokens={meta['completion_tokens']}, "
+                                         f"spec_verify_ct={meta.get('spec_verify_ct')}"))
     return cases
 
 
@@ -104,6 +118,9 @@ def many_meta_cases(rng: np.random.Generator) -> list[Case]:
             metas = [plain_meta(rng) for _ in range(3)]
         cases.append(Case((metas,), shown=f"{len(metas)} responses (verify steps "
                                           f"{[m.get('spec_verify_ct') for m in metas]})"))
+    metas = recorded_metas(rng, 5)
+    cases.append(Case((metas,), shown=f"{len(metas)} real SGLang answers (verify steps "
+                                      f"{[m.get('spec_verify_ct') for m in metas]})"))
     return cases
 
 

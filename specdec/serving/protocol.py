@@ -214,16 +214,15 @@ def parse_completion(data: dict, tokenizer, engine: Engine) -> tuple[Request, bo
 
 
 def chat_prompt(messages, tokenizer) -> str:
-    """The model's chat template when it has one; else a plain `role: content` transcript (the
-    tiny zoo was trained on plain text and has no template)."""
+    """The prompt the model's chat template renders; a model without one gets 400, as from SGLang."""
     if not isinstance(messages, list) or not messages:
         raise BadRequest("messages must be a non-empty list")
     for m in messages:
         if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
             raise BadRequest("each message needs a string role and a string content")
-    if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"
+    if not getattr(tokenizer, "chat_template", None):
+        raise BadRequest("this model's tokenizer has no chat template: use /v1/completions or /generate")
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
 def parse_chat(data: dict, tokenizer, engine: Engine) -> tuple[Request, bool, dict]:

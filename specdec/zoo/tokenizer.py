@@ -6,6 +6,10 @@ from pathlib import Path
 from typing import Iterable
 
 EOS, BOS, PAD = "<|endoftext|>", "<|bos|>", "<|pad|>"
+# The zoo was trained on plain text, so a chat is rendered as a plain `role: content` transcript. Shipped
+# as the tokenizer's chat template because SGLang answers /v1/chat/completions with 400 without one.
+CHAT_TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+                 "{% if add_generation_prompt %}assistant:{% endif %}")
 
 
 # The target is a Qwen2 body, and transformers 5 loads any `model_type: qwen2` tokenizer as its own
@@ -37,4 +41,5 @@ def save_tokenizer(tok, path: Path, model_max_length: int = 2048) -> None:
 
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=BOS, eos_token=EOS, pad_token=PAD,
                                    model_max_length=model_max_length, clean_up_tokenization_spaces=False)
+    fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(str(path))

@@ -1,0 +1,362 @@
+"""Lab 3 on a real GPU with real SGLang 0.5.16 (the offline pack), started and measured by the course's own
+launcher, client and benchmark (specdec.serving). Two parts, one device call each:
+
+  zoo    the shipped tiny target served plain, NGRAM, STANDALONE (zoo draft), EAGLE (zoo EAGLE head) and
+         NEXTN (the target's own MTP layer): accept length per request and server-wide, acceptance per
+         position, tokens/s at concurrency 1 and 16, TTFT/ITL/TPOT; real responses recorded as fixtures;
+         the Lab 2 decoder's MTP accept length on the same prompts and k beside SGLang's NEXTN.
+  where  a Llama-3.1-8B-shaped target (random weights) plain and EAGLE (random head) with
+         SGLANG_SIMULATE_ACC_LEN 1.5, 2.5, 3.5 across concurrency 1..64; a Llama-3.2-1B-shaped target
+         plain; batch-1 TPOT at 512 tokens of context for both shapes (the SGLang side of issue 11).
+
+usage (GPU node):  PACK=.sglang-pack . .sglang-pack/setup.sh; python3 benchmarks/gpu_lab3.py zoo --out $OUT/zoo
+Servers are started together where their memory allows (a large --mem-fraction-static with the KV pool
+capped by --max-total-tokens, so that a server finishing its start late still finds its pool), measured
+one at a time, and stopped by the launcher (process group; nothing is left behind).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import requests
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from specdec.serving.bench import SweepConfig, format_sweep, run_sweep  # noqa: E402
+from specdec.serving.compare import compare, format_comparison  # noqa: E402
+from specdec.serving.launch import LaunchConfig  # noqa: E402
+from specdec.serving.lifecycle import ServerError, launch  # noqa: E402
+
+ZOO = ROOT / "specdec" / "zoo" / "tiny"
+CHECK_PROMPTS = ["import os\nimport sys\n\n\ndef main(argv):\n    ",
+                 "class Queue:\n    def __init__(self, maxsize=0):\n        self.",
+                 "Monday, Tuesday, Wednesday, Thursday,",
+                 "def read_config(path):\n    \"\"\"Read a config file.\"\"\"\n"]  # those of benchmarks/sglang_zoo_check.py
+CHAIN = dict(num_steps=3, topk=1, num_draft_tokens=4)
+T0 = time.time()
+
+
+def say(*a) -> None:
+    print(f"[{time.time() - T0:6.1f}s]", *a, flush=True)
+
+
+def start_all(configs: dict[str, tuple[LaunchConfig, dict]], logs: Path, timeout: float = 420) -> dict:
+    """Launch every server at once (threads); name -> Server, or the error as a string."""
+    out: dict = {}
+
+    def one(name, cfg, env):
+        t = time.time()
+        try:
+            out[name] = launch(cfg, timeout=timeout, env=env, log_path=logs / f"{name}.log", progress=False)
+            say(f"{name} healthy after {time.time() - t:.0f} s at {out[name].url}")
+            out[name].startup_s = round(time.time() - t, 1)
+        except ServerError as exc:
+            out[name] = f"{exc}"[:3000]
+            say(f"{name} FAILED: {str(exc)[:1500]}")
+
+    threads = [threading.Thread(target=one, args=(n, c, e)) for n, (c, e) in configs.items()]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return out
+
+
+# ----- recording real responses (trimmed later into tests/fixtures/sglang/)
+def record_stream(url: str, path: str, body: dict, headers: dict | None = None) -> dict:
+    """A streamed request as [[seconds since sent, parsed chunk or '[DONE]'], ...]."""
+    t = time.perf_counter()
+    events = []
+    with requests.post(url + path, json=body, stream=True, timeout=120, headers=headers or {}) as r:
+        status = r.status_code
+        if status != 200:
+            return {"status": status, "request": {"path": path, "body": body}, "text": r.text, "events": []}
+        for line in r.iter_lines(decode_unicode=True):
+            if not line or not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            events.append([round(time.perf_counter() - t, 6), data if data == "[DONE]" else json.loads(data)])
+    return {"status": status, "request": {"path": path, "body": body}, "events": events}
+
+
+def record_once(url: str, path: str, body: dict | None = None) -> dict:
+    t = time.perf_counter()
+    r = requests.post(url + path, json=body, timeout=120) if body is not None else requests.get(url + path, timeout=30)
+    out = {"status": r.status_code, "request": {"path": path, "body": body}, "latency_s": round(time.perf_counter() - t, 6)}
+    try:
+        out["response"] = r.json()
+    except ValueError:
+        out["text"] = r.text
+    return out
+
+
+def record_fixtures(name: str, url: str, folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    prompt = "Monday, Tuesday, Wednesday, Thursday,"
+    sp = {"temperature": 0, "max_new_tokens": 24, "ignore_eos": True}
+    rec = {"generate": record_once(url, "/generate", {"text": prompt, "sampling_params": sp}),
+           "generate_stream": record_stream(url, "/generate", {"text": prompt, "sampling_params": sp, "stream": True}),
+           "completions": record_once(url, "/v1/completions", {"model": "default", "prompt": prompt, "max_tokens": 24,
+                                                                "temperature": 0}),
+           "completions_stream": record_stream(url, "/v1/completions", {
+               "model": "default", "prompt": prompt, "max_tokens": 24, "temperature": 0, "stream": True,
+               "stream_options": {"include_usage": True}}),
+           "chat_stream": record_stream(url, "/v1/chat/completions", {
+               "model": "default", "messages": [{"role": "user", "content": prompt}], "max_tokens": 24,
+               "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}),
+           "server_info": record_once(url, "/server_info"),
+           "model_info": record_once(url, "/model_info"),
+           "flush_cache": record_once(url, "/flush_cache", {})}
+    (folder / f"{name}.json").write_text(json.dumps(rec, indent=1))
+    (folder / f"{name}_metrics.txt").write_text(requests.get(url + "/metrics", timeout=30).text)
+    say(f"{name}: fixtures recorded")
+
+
+def check_prompts(url: str) -> dict:
+    """The zoo-check prompts, greedy, 128 tokens: per-request and token-weighted accept length."""
+    rows = []
+    for p in CHECK_PROMPTS:
+        out = requests.post(url + "/generate", json={"text": p, "sampling_params": {
+            "temperature": 0, "max_new_tokens": 128, "ignore_eos": True}}, timeout=120).json()
+        m = out["meta_info"]
+        rows.append({"prompt": p, "output_ids": out.get("output_ids"),
+                     **{k: v for k, v in m.items() if k in ("completion_tokens", "prompt_tokens", "e2e_latency")
+                        or k.startswith("spec_")}})
+    info = requests.get(url + "/server_info", timeout=30).json()
+    res = {"requests": rows, "server_avg_accept_length": [s.get("avg_spec_accept_length")
+                                                          for s in info.get("internal_states", [])]}
+    ct = sum(r.get("spec_verify_ct") or 0 for r in rows)
+    if ct:
+        res["accept_length_per_request"] = [r["completion_tokens"] / r["spec_verify_ct"] for r in rows]
+        res["accept_length_weighted"] = sum(r["completion_tokens"] for r in rows) / ct
+    return res
+
+
+def lab2_decoder_mtp() -> dict:
+    """The Lab 2 decoder with the same MTP layer, k = 3, on the same prompts (bf16, CUDA graphs) and its tau."""
+    import torch
+
+    from specdec.decoder.engine import Engine
+    from specdec.zoo import load_bundle
+
+    out = {}
+    for dtype in (torch.bfloat16, torch.float32):
+        b = load_bundle("tiny", device="cuda", dtype=dtype)
+        eng = Engine(b, "mtp", k=3, max_batch=1)
+        ids = [b.tokenizer(p)["input_ids"] for p in CHECK_PROMPTS]
+        per = []
+        for x in ids:
+            r = eng.generate([x], max_new_tokens=128, stop_at_eos=False)
+            # SGLang's accept length counts every completion token (the prefill's first one too) per verify step
+            per.append({"tau": r.stats.tau, "sglang_accept_length": r.new_tokens / r.steps, "tokens": r.new_tokens,
+                        "steps": r.steps, "acceptance_by_position": [float(a) for a in r.stats.by_position],
+                        "first_ids": r.tokens[0][:32]})
+        tokens, steps = sum(p["tokens"] for p in per), sum(p["steps"] for p in per)
+        out[str(dtype)] = {"per_request": per, "sglang_accept_length_weighted": tokens / steps}
+        say(f"Lab 2 decoder MTP k=3 {dtype}: accept length (SGLang's definition) {tokens / steps:.2f}; per request "
+            f"{[round(p['sglang_accept_length'], 2) for p in per]}; tau {[round(p['tau'], 2) for p in per]}")
+    return out
+
+
+def sweep(name: str, url: str, folder: Path, concurrency: tuple[int, ...], categories: tuple[str, ...],
+          max_new_tokens: int) -> dict:
+    cfg = SweepConfig(url, categories, concurrency, max_new_tokens, warmup=4)
+    t = time.time()
+    res = run_sweep(cfg, progress=False)
+    (folder / f"sweep_{name}.json").write_text(json.dumps(res, indent=1))
+    say(f"{name}: sweep in {time.time() - t:.0f} s\n" + format_sweep(res))
+    return res
+
+
+def tpot_at_context(url: str, context: int = 512, new: int = 256, reps: int = 3) -> dict:
+    """Batch-1 seconds per output token at `context` tokens of prompt: (e2e(new) - e2e(1)) / (new - 1)."""
+    ids = [(7 * i + 11) % 4000 + 10 for i in range(context)]
+
+    def e2e(n):
+        best = []
+        for _ in range(reps):
+            body = {"input_ids": ids, "sampling_params": {"temperature": 0, "max_new_tokens": n, "ignore_eos": True}}
+            best.append(requests.post(url + "/generate", json=body, timeout=300).json()["meta_info"]["e2e_latency"])
+        return min(best)
+
+    requests.post(url + "/flush_cache", timeout=30)
+    one, full = e2e(1), e2e(new)
+    return {"context": context, "new_tokens": new, "e2e_1": one, "e2e_new": full, "tpot_s": (full - one) / (new - 1)}
+
+
+def env_report(out: Path) -> None:
+    info = {"python": platform.python_version()}
+    try:
+        info["nvidia_smi"] = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
+                                             "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        pass
+    for mod in ("torch", "transformers", "sglang", "flashinfer", "triton", "nbclient", "ipykernel", "matplotlib",
+                "fastapi", "uvicorn", "tqdm", "requests", "tokenizers", "safetensors", "nbformat", "jupyter_client"):
+        try:
+            m = __import__(mod)
+            info[mod] = getattr(m, "__version__", "present")
+        except Exception as exc:  # report, never fail
+            info[mod] = f"missing ({type(exc).__name__})"
+    (out / "env.json").write_text(json.dumps(info, indent=1))
+    say("env", json.dumps(info))
+
+
+# ----- part 1: the zoo
+def part_zoo(out: Path, concurrency: tuple[int, ...]) -> None:
+    common = dict(backend="sglang", attention_backend="triton", cuda_graph_max_bs=16, mem_fraction_static=0.5,
+                  disable_radix_cache=True, extra_args=("--max-total-tokens", "60000"))
+    t = str(ZOO / "target")
+    configs = {"plain": (LaunchConfig(t, **common), {}),
+               "ngram": (LaunchConfig(t, "NGRAM", num_draft_tokens=4, **common), {}),
+               "standalone": (LaunchConfig(t, "STANDALONE", draft=str(ZOO / "draft"), **CHAIN, **common), {}),
+               "eagle": (LaunchConfig(t, "EAGLE", draft=str(ZOO / "eagle"), **CHAIN, **common), {}),
+               "nextn": (LaunchConfig(t, "NEXTN", **CHAIN, **common), {})}
+    logs = out / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    servers = start_all(configs, logs)
+    summary = {"startup_s": {n: getattr(s, "startup_s", None) for n, s in servers.items()},
+               "errors": {n: s for n, s in servers.items() if isinstance(s, str)}, "modes": {}}
+    sweeps = {}
+    try:
+        for name, srv in servers.items():
+            if isinstance(srv, str):
+                continue
+            try:
+                if name in ("plain", "nextn", "eagle"):
+                    record_fixtures(name, srv.url, out / "fixtures")
+                summary["modes"][name] = check_prompts(srv.url)
+                say(f"{name}: check prompts accept {summary['modes'][name].get('accept_length_weighted')}")
+                sweeps[name] = sweep(name, srv.url, out, concurrency, ("predictable", "code", "open"), 128)
+            except Exception as exc:  # keep the other modes' measurements
+                summary["modes"].setdefault(name, {})["error"] = repr(exc)[:2000]
+                say(f"{name}: ERROR {exc!r}")
+            finally:
+                srv.stop()
+                (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    finally:
+        for srv in servers.values():
+            if not isinstance(srv, str):
+                srv.stop()
+    for name in sweeps:
+        if name != "plain" and "plain" in sweeps:
+            cmp = compare(sweeps["plain"], sweeps[name])
+            (out / f"compare_{name}.json").write_text(json.dumps(cmp, indent=1))
+            say(f"plain vs {name}\n" + format_comparison(cmp))
+    try:
+        summary["lab2_decoder_mtp_k3"] = lab2_decoder_mtp()
+    except Exception as exc:
+        summary["lab2_decoder_mtp_k3"] = {"error": repr(exc)}
+        say(f"Lab 2 decoder: ERROR {exc!r}")
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+
+
+# ----- part 2: where speculation pays
+def llama_config(shape: str, vocab: int = 128256) -> dict:
+    base = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu", "rms_norm_eps": 1e-5,
+            "rope_theta": 500000.0, "max_position_embeddings": 8192, "torch_dtype": "bfloat16", "vocab_size": vocab,
+            "bos_token_id": 1, "eos_token_id": 2, "attention_bias": False, "mlp_bias": False}
+    if shape == "8b":
+        return {**base, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "tie_word_embeddings": False}
+    if shape == "1b":
+        return {**base, "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
+                "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64, "tie_word_embeddings": True}
+    if shape == "8b-eagle":
+        return {**llama_config("8b", vocab), "architectures": ["LlamaForCausalLMEagle"], "num_hidden_layers": 1}
+    raise ValueError(shape)
+
+
+def model_dir(shape: str, root: Path) -> str:
+    """A config-only directory (random weights with --load-format dummy), with the zoo's tokenizer."""
+    d = root / shape
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "config.json").write_text(json.dumps(llama_config(shape), indent=1))
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(ZOO / "target" / f, d / f)
+    return str(d)
+
+
+def part_where(out: Path, concurrency: tuple[int, ...], accept_lengths: tuple[float, ...], skip_plain: bool = False) -> None:
+    root = Path("/tmp/specdec-shapes")
+    m8, m1, e8 = model_dir("8b", root), model_dir("1b", root), model_dir("8b-eagle", root)
+    common = dict(backend="sglang", attention_backend="triton", cuda_graph_max_bs=max(concurrency), load_format="dummy",
+                  mem_fraction_static=0.6, disable_radix_cache=True, max_running_requests=max(concurrency),
+                  extra_args=("--max-total-tokens", "65536"))
+    rec = {"SGLANG_RECORD_STEP_TIME": "1"}
+    plain = {"plain8b": (LaunchConfig(m8, **common), rec), "plain1b": (LaunchConfig(m1, **common), rec)}
+    spec = {f"eagle8b_{a}": (LaunchConfig(m8, "EAGLE", draft=e8, **CHAIN, **common),
+                             {**rec, "SGLANG_SIMULATE_ACC_LEN": str(a)}) for a in accept_lengths}
+    # two waves: three 8B servers of 17 GB fit one H200 together (the KV pool capped at 65536 tokens, 8 GiB)
+    waves = ([] if skip_plain else [plain]) + ([spec] if spec else [])
+    logs = out / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    summary: dict = {"startup_s": {}, "errors": {}, "tpot_512": {}}
+    sweeps = {}
+    for wave in waves:
+        servers = start_all(wave, logs, timeout=480)
+        try:
+            for name, srv in servers.items():
+                if isinstance(srv, str):
+                    summary["errors"][name] = srv
+                    continue
+                summary["startup_s"][name] = srv.startup_s
+                try:
+                    summary["tpot_512"][name] = tpot_at_context(srv.url)
+                    say(f"{name}: batch-1 TPOT at 512 context {summary['tpot_512'][name]['tpot_s'] * 1e3:.2f} ms")
+                    if name != "plain1b":
+                        sweeps[name] = sweep(name, srv.url, out, concurrency, ("open",), 256)
+                except Exception as exc:
+                    summary["errors"][name] = repr(exc)[:2000]
+                    say(f"{name}: ERROR {exc!r}")
+                finally:
+                    srv.stop()
+                    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+        finally:
+            for srv in servers.values():
+                if not isinstance(srv, str):
+                    srv.stop()
+    if skip_plain and (out / "sweep_plain8b.json").exists():
+        sweeps = {"plain8b": json.loads((out / "sweep_plain8b.json").read_text()), **sweeps}
+    for name in sweeps:
+        if name != "plain8b" and "plain8b" in sweeps:
+            cmp = compare(sweeps["plain8b"], sweeps[name])
+            (out / f"compare_{name}.json").write_text(json.dumps(cmp, indent=1))
+            say(f"plain8b vs {name}\n" + format_comparison(cmp))
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("part", choices=("zoo", "where", "env"))
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--concurrency", default=None, help="default: zoo 1,16; where 1,2,4,8,16,32,64")
+    ap.add_argument("--accept-lengths", default="1.5,2.5,3.5", help="where: SGLANG_SIMULATE_ACC_LEN values ('' for none)")
+    ap.add_argument("--skip-plain", action="store_true", help="where: only the speculative servers")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("SPECDEC_RUN_DIR", str(out / "run"))
+    env_report(out)
+    if args.part == "zoo":
+        part_zoo(out, tuple(int(c) for c in (args.concurrency or "1,16").split(",")))
+    elif args.part == "where":
+        part_where(out, tuple(int(c) for c in (args.concurrency or "1,2,4,8,16,32,64").split(",")),
+                   tuple(float(a) for a in args.accept_lengths.split(",") if a), args.skip_plain)
+    say("done")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
