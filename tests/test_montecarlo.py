@@ -126,11 +126,27 @@ def test_first_position_accepts_with_the_contexts_alpha():
     assert np.array_equal(greedy.accept_lengths >= 1, greedy.step_alpha == 1.0)  # greedy: no chance
 
 
+def test_stderr_between_sequences_sees_the_runs():
+    """Steps of one sequence are correlated when contexts come in runs: the per-step standard error
+    understates the spread of tau, the one from the sequences' means does not; independent contexts
+    give both about the same."""
+    for stickiness, low, high in [(0.5, 0.8, 1.25), (0.97, 2.0, 6.0)]:
+        lang = montecarlo.ToyLanguage.make(stickiness=stickiness)
+        res = montecarlo.run_markov(lang, 4, steps=300, sequences=100, seed=1)
+        per_sequence = res.accept_lengths.reshape(300, 100).mean(0)
+        assert res.tau_stderr_sequences == pytest.approx(per_sequence.std(ddof=1) / 10)
+        assert low < res.tau_stderr_sequences / res.stats.tau_stderr < high, stickiness
+    iid = montecarlo.run_iid(0.7, 4, 1000, seed=5)
+    assert iid.tau_stderr_sequences == iid.stats.tau_stderr  # one sequence of independent steps
+
+
 def test_formula_holds_for_independent_contexts_and_is_optimistic_for_runs():
     """The lecture's claim, with its seeds. stickiness 0.5: the kind of the next context is independent
     of the past, so the i.i.d. formula at the text's alpha fits (within 2%). 0.9 and 0.97: easy and hard
-    contexts come in runs, the loop lingers in the hard ones, and the formula is optimistic."""
-    for stickiness, seed, low, high in [(0.5, 1, -0.02, 0.02), (0.9, 0, 0.03, 1.0), (0.97, 1, 0.05, 1.0)]:
+    contexts come in runs, the loop lingers in the hard ones, and the formula is optimistic. 0: the kinds
+    alternate, most steps start in an easy context, and the formula is pessimistic."""
+    for stickiness, seed, low, high in [(0.5, 1, -0.02, 0.02), (0.9, 0, 0.03, 1.0), (0.97, 1, 0.05, 1.0),
+                                        (0.0, 1, -1.0, -0.01)]:
         lang = montecarlo.ToyLanguage.make(stickiness=stickiness)
         res = montecarlo.run_markov(lang, 4, steps=300, sequences=200, seed=seed)
         rel = res.tau_from_alpha_text / res.stats.tau - 1

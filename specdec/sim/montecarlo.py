@@ -139,10 +139,21 @@ class MonteCarloResult:
     step_context: np.ndarray | None = None  # (steps * sequences,) the token each verify step starts after
     step_alpha: np.ndarray | None = None  # (steps * sequences,) alpha of that context
     emitted: np.ndarray | None = None  # (steps, sequences, k+1), -1 padded, when recorded
+    sequences: int = 1  # independent sequences; accept_lengths is step-major: (steps, sequences) flattened
 
     @property
     def stats(self) -> AcceptanceStats:
         return AcceptanceStats.from_accept_lengths(self.accept_lengths, self.k)
+
+    @property
+    def tau_stderr_sequences(self) -> float:
+        """Standard error of tau from the spread of the independent sequences' means. The steps of one
+        sequence are correlated (runs of easy or hard contexts), so stats.tau_stderr, which treats
+        every step as independent, understates it; with one sequence that is all there is."""
+        if self.sequences < 2:
+            return self.stats.tau_stderr
+        per_sequence = self.accept_lengths.reshape(-1, self.sequences).mean(0)
+        return float(per_sequence.std(ddof=1) / np.sqrt(self.sequences))
 
     @property
     def alpha_verified(self) -> float:
@@ -261,6 +272,7 @@ def run_markov(
         step_context=np.concatenate(step_context),
         step_alpha=alpha_ctx[np.concatenate(step_context)],
         emitted=np.stack(emitted_log) if record else None,
+        sequences=sequences,
     )
 
 
