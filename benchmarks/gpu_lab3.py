@@ -262,6 +262,23 @@ def part_zoo(out: Path, concurrency: tuple[int, ...]) -> None:
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
 
 
+def part_chat(out: Path) -> None:
+    """The zoo with its chat template: /v1/chat/completions, plain and streamed, recorded from a NEXTN server."""
+    cfg = LaunchConfig(str(ZOO / "target"), "NEXTN", **CHAIN, backend="sglang", attention_backend="triton",
+                       cuda_graph_max_bs=8, mem_fraction_static=0.3, disable_radix_cache=True)
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    with launch(cfg, timeout=420, log_path=out / "logs" / "chat.log", progress=False) as srv:
+        msgs = [{"role": "user", "content": "Monday, Tuesday, Wednesday, Thursday,"}]
+        body = {"model": "default", "messages": msgs, "max_tokens": 24, "temperature": 0}
+        rec = {"chat": record_once(srv.url, "/v1/chat/completions", body),
+               "chat_stream": record_stream(srv.url, "/v1/chat/completions", {
+                   **body, "stream": True, "stream_options": {"include_usage": True}}),
+               "server_info": record_once(srv.url, "/server_info")}
+    (out / "chat.json").write_text(json.dumps(rec, indent=1))
+    say(f"chat: status {rec['chat']['status']}, stream {rec['chat_stream']['status']} "
+        f"({len(rec['chat_stream']['events'])} events); {str(rec['chat'].get('response'))[:300]}")
+
+
 # ----- part 2: where speculation pays
 def llama_config(shape: str, vocab: int = 128256) -> dict:
     base = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu", "rms_norm_eps": 1e-5,
@@ -339,7 +356,7 @@ def part_where(out: Path, concurrency: tuple[int, ...], accept_lengths: tuple[fl
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("part", choices=("zoo", "where", "env"))
+    ap.add_argument("part", choices=("zoo", "where", "chat", "env"))
     ap.add_argument("--out", required=True)
     ap.add_argument("--concurrency", default=None, help="default: zoo 1,16; where 1,2,4,8,16,32,64")
     ap.add_argument("--accept-lengths", default="1.5,2.5,3.5", help="where: SGLANG_SIMULATE_ACC_LEN values ('' for none)")
@@ -351,6 +368,8 @@ def main() -> int:
     env_report(out)
     if args.part == "zoo":
         part_zoo(out, tuple(int(c) for c in (args.concurrency or "1,16").split(",")))
+    elif args.part == "chat":
+        part_chat(out)
     elif args.part == "where":
         part_where(out, tuple(int(c) for c in (args.concurrency or "1,2,4,8,16,32,64").split(",")),
                    tuple(float(a) for a in args.accept_lengths.split(",") if a), args.skip_plain)

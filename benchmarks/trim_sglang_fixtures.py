@@ -51,6 +51,10 @@ def main(folder: str) -> int:
         server["check_prompts"] = [{k: v for k, v in r.items() if k != "output_ids"}
                                    for r in summary["modes"][name]["requests"]]
         out["servers"][name] = server
+    chat = src.parent / "chat" / "chat.json"
+    if chat.is_file():  # the zoo with its chat template, recorded later (benchmarks/gpu_lab3.py chat)
+        rec = json.loads(chat.read_text())
+        out["servers"]["nextn"]["chat_with_template"] = {k: rec[k] for k in ("chat", "chat_stream")}
     dest = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "sglang" / "real_0516_zoo.json"
     dest.write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {dest} ({dest.stat().st_size} bytes)")

@@ -128,3 +128,22 @@ def test_lab3_checks_include_the_real_answers_and_catch_the_prefill_slip():
         assert run_check(get_exercise("lab3.q1"), right, seed=seed).score == 1.0
         res = run_check(get_exercise("lab3.q1"), slip, seed=seed)
         assert res.score == pytest.approx(1 / 13)  # 13 cases, 3 of them real: only the plain answer's None is right
+
+
+def test_chat_with_the_zoos_template_matches_specdec_serve():
+    """With the template the zoo now ships, SGLang serves chat; its prompt is the one specdec serve renders
+    (same token count), and the streamed chat folds to the unstreamed answer."""
+    from specdec.decoder.bundle import load_tokenizer
+    from specdec.serving.protocol import chat_prompt
+    from specdec.zoo import zoo_parts
+
+    rec = REAL["nextn"]["chat_with_template"]
+    whole = rec["chat"]["response"]
+    assert rec["chat"]["status"] == 200 and rec["chat_stream"]["status"] == 200
+    messages = rec["chat"]["request"]["body"]["messages"]
+    tok = load_tokenizer(zoo_parts("tiny")["target"])
+    assert len(tok(chat_prompt(messages, tok))["input_ids"]) == whole["usage"]["prompt_tokens"]
+    streamed = record_from_stream("chat", events(rec["chat_stream"]), rec["chat_stream"]["events"][-1][0])
+    assert streamed.text == whole["choices"][0]["message"]["content"]
+    assert streamed.completion_tokens == whole["usage"]["completion_tokens"] == 24
+    assert streamed.finish_reason == "length"

@@ -182,8 +182,9 @@ class Server:
         """Poll /health_generate until 200; raise ServerError if the server exits or time runs out."""
         t0 = time.monotonic()
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        # mininterval: an SGLang start takes a minute or two; a notebook's captured output keeps every redraw
         with tqdm(total=round(timeout), unit="s", desc=f"starting {self.url}", disable=not progress, leave=False,
-                  bar_format="{desc}: {n:.0f}/{total:.0f} s") as bar:
+                  mininterval=5, bar_format="{desc}: {n:.0f}/{total:.0f} s") as bar:
             while True:
                 if self.process.poll() is not None:
                     raise ServerError(f"server exited with status {self.process.returncode} before it was healthy",
