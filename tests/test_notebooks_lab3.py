@@ -1,7 +1,9 @@
 """Lab 3's notebooks: committed clean, run on a CPU against `specdec serve` within the course's budget,
 leave no server behind; the solution earns full marks and the untouched lab runs to the end with zero."""
 
+import os
 import re
+import sys
 from pathlib import Path
 
 import nbformat
@@ -18,7 +20,9 @@ EXERCISES = [f"lab3.q{i}" for i in range(1, 8)]
 
 
 def servers_running() -> list[int]:
-    """Live `specdec serve` processes (from /proc): a notebook must leave none."""
+    """Live `specdec serve` processes of this checkout's Python (from /proc): a notebook must leave none.
+    (Servers of another checkout's tests, running at the same time, are not the notebook's.)"""
+    ours = os.fsencode(sys.executable)
     out = []
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
@@ -27,7 +31,7 @@ def servers_running() -> list[int]:
                 state = (d / "stat").read_text().rsplit(")", 1)[1].split()[0]
             except OSError:
                 continue
-            if b"specdec" in cmd and b"serve" in cmd and state != "Z":
+            if cmd[0] == ours and b"specdec" in cmd and b"serve" in cmd and state != "Z":
                 out.append(int(d.name))
     return out
 
