@@ -7,15 +7,16 @@ import copy
 import pytest
 import torch
 
-from specdec.decoder.cuda_graphs import EmulatedGraph, graph_mode
+from specdec.decoder.cuda_graphs import EmulatedGraph, Graphs, graph_mode
 from specdec.decoder.engine import Engine
+from specdec.decoder.kv_cache import KVCache
 from specdec.decoder.proposers import FeatureDraftProposer
 
 METHODS = ["ar", "mtp", "heads", "draft", "eagle", "ngram"]
 
 
-def engines(bundle, mode, k=3):
-    return {m: Engine(bundle, m, k=k, cuda_graphs=mode) for m in METHODS}
+def engines(bundle, mode, k=3, min_span=256):
+    return {m: Engine(bundle, m, k=k, cuda_graphs=mode, min_span=min_span) for m in METHODS}
 
 
 def run_all(engines, prompts, n=24):
@@ -23,15 +24,19 @@ def run_all(engines, prompts, n=24):
 
 
 def test_emulated_graphs_match_eager_for_every_proposer(tiny_bundle, code_prompts):
+    """Eager attention reads exactly the live slots; the graphs read a bucket of 8, 16, 32, ... slots
+    (one capture per width and bucket, the run crossing several): the same tokens."""
     eager = run_all(engines(tiny_bundle, "off"), code_prompts)
-    twins = engines(tiny_bundle, "emulate")
+    twins = engines(tiny_bundle, "emulate", min_span=8)
     assert all(e.cache.fixed_span and e.cache.span(torch.tensor([3])) == e.max_len for e in twins.values())
     assert run_all(twins, code_prompts) == eager
     assert run_all(twins, code_prompts[:1]) == {m: t[:1] for m, t in eager.items()}  # graphs per batch size
     assert run_all(twins, code_prompts) == eager  # and back: each width keeps its graphs over the same caches
     for e in twins.values():
         assert len(e.graphs.captured) > 0 and all(isinstance(g, EmulatedGraph) for g in e.graphs.captured.values())
-        assert {key[1][0][0] for key in e.graphs.captured} == {1, 4}  # one capture per width
+        assert {shapes[0][0] for _, _, shapes in e.graphs.captured} == {1, 4}  # one capture per width
+        # alone, the 9-token prompt starts in the bucket of 16; at batch 4 the 23-token one ends past 32
+        assert {16, 32, 64} <= {span for name, span, _ in e.graphs.captured if name in ("plain", "verify")}
 
 
 def test_graphs_belong_to_their_proposer(tiny_bundle, code_prompts):
@@ -45,6 +50,86 @@ def test_graphs_belong_to_their_proposer(tiny_bundle, code_prompts):
     res = bad.generate(code_prompts, max_new_tokens=24)
     assert res.tokens == good.tokens  # lossless either way
     assert good.stats.tau > 2.0 and res.stats.tau < 1.3
+
+
+def test_graphs_that_read_every_slot_decode_the_same(tiny_bundle, code_prompts):
+    """The old fixed shape, one bucket of the whole cache: stale and empty slots past a row's length
+    are masked, so reading them changes no token."""
+    for m in ("ar", "mtp"):
+        eager = Engine(tiny_bundle, m, k=3, cuda_graphs="off").generate(code_prompts, max_new_tokens=24).tokens
+        whole = Engine(tiny_bundle, m, k=3, cuda_graphs="emulate", min_span=2048)
+        assert whole.generate(code_prompts, max_new_tokens=24).tokens == eager, m
+        assert {span for _, span, _ in whole.graphs.captured if span} == {whole.max_len} == {2048}
+
+
+def test_the_host_bound_covers_every_position_a_step_reads(tiny_bundle, code_prompts, monkeypatch):
+    """The engine picks each step's span from lengths it tracks on the host (no sync); a running row
+    must never read or write a position at or past it, in any cache (the target's or a proposer's)."""
+    real, checked = KVCache.span, []
+
+    def span(cache, positions):
+        s = real(cache, positions)
+        if cache.bound is not None:  # a step (the prefill runs with no bound)
+            running = ~engine.rows.done[: positions.shape[0]]
+            assert s == cache.bound and int(positions[running].max()) < s
+            checked.append(s)
+        return s
+
+    monkeypatch.setattr(KVCache, "span", span)
+    for m in ("ar", "mtp", "draft"):
+        for mode in ("off", "emulate"):
+            engine = Engine(tiny_bundle, m, k=3, cuda_graphs=mode, min_span=8)
+            engine.generate(code_prompts, max_new_tokens=20)
+    assert len(checked) > 100
+    # eager reads exactly up to the last position: plain steps after a 9-token prompt read 10, then 11 slots
+    engine = Engine(tiny_bundle, "ar", cuda_graphs="off")
+    checked.clear()
+    engine.generate(code_prompts[:1], max_new_tokens=3)
+    assert checked == [10, 11]
+
+
+def test_compile_is_not_cut_off_after_eight_captures():
+    """Graphs with compile: one torch.compile per capture, all of the same function; past dynamo's
+    default of 8 recompiles it would quietly run the rest unfused."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    traced = []
+    real_compile = torch.compile
+    graphs = Graphs("emulate", compile=True)
+    try:
+        torch.compile = lambda fn, **kw: real_compile(fn, backend=lambda gm, _: traced.append(gm) or gm.forward, **kw)
+        x = torch.arange(40.0)
+        for span in range(1, 13):  # one capture per span, as per KV bucket
+            assert graphs("double", lambda t: t[:span] * 2, x, span=span).tolist() == (x[:span] * 2).tolist()
+    finally:
+        torch.compile = real_compile
+    assert len(graphs.captured) == len(traced) == 12
+
+
+@pytest.mark.slow
+def test_compile_inside_the_bucketed_graphs_traces_each_capture_whole(tiny_bundle, code_prompts, monkeypatch):
+    """compile=True: each (width, bucket) capture of the target's step is one torch.compile trace
+    without graph breaks (fullgraph) and decodes as eager. The backend here only records the traced
+    graph: inductor's kernels are the GPU's business (benchmarks/gpu_floor.py measures them)."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    traced, real_compile = [], torch.compile
+
+    def record(gm, example_inputs):
+        traced.append(gm)
+        return gm.forward
+
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: real_compile(fn, backend=record, fullgraph=True, **kw))
+    captures = 0
+    for m, prompts in (("ar", code_prompts), ("eagle", code_prompts[:1])):
+        eager = Engine(tiny_bundle, m, k=3, cuda_graphs="off").generate(prompts, max_new_tokens=40).tokens
+        e = Engine(tiny_bundle, m, k=3, cuda_graphs="emulate", compile=True, min_span=8)
+        assert e.generate(prompts, max_new_tokens=40).tokens == eager, m
+        assert len({span for _, span, _ in e.graphs.captured}) >= 2  # crossed a bucket
+        captures += len(e.graphs.captured)
+    assert len(traced) == captures
 
 
 def test_emulated_graph_overwrites_its_outputs_in_place():
@@ -70,7 +155,7 @@ def test_cuda_graphs_match_eager_on_gpu(code_prompts):
 
     bundle = load_bundle("tiny", device="cuda", dtype=torch.float32)
     eager = run_all(engines(bundle, "off"), code_prompts)
-    graphed = engines(bundle, "on")
+    graphed = engines(bundle, "on", min_span=16)  # buckets of 16, 32, 64 slots: a run crosses several
     assert all(e.graph_mode == "cuda" for e in graphed.values())
     assert run_all(graphed, code_prompts) == eager
     # batch 4 -> 1 -> 4: a real graph bakes in the addresses of the caches it was captured with
@@ -108,4 +193,19 @@ def test_cuda_graphs_stay_valid_as_rows_come_and_go_on_gpu(code_prompts):
     bundle = load_bundle("tiny", device="cuda", dtype=torch.float32)
     for method in ("mtp", "draft", "heads", "ngram", "ar"):
         eager = join_and_leave(Engine(bundle, method, k=3, max_batch=3, cuda_graphs="off"), code_prompts)
-        assert join_and_leave(Engine(bundle, method, k=3, max_batch=3, cuda_graphs="on"), code_prompts) == eager, method
+        graphed = Engine(bundle, method, k=3, max_batch=3, cuda_graphs="on", min_span=16)
+        assert join_and_leave(graphed, code_prompts) == eager, method
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA; the CPU twin traces the same captures")
+def test_compiled_steps_in_bucketed_cuda_graphs_match_eager_on_gpu(code_prompts):
+    from specdec.zoo import load_bundle
+
+    bundle = load_bundle("tiny", device="cuda", dtype=torch.float32)
+    for m, prompts in (("ar", code_prompts), ("eagle", code_prompts[:1])):
+        eager = Engine(bundle, m, k=3, cuda_graphs="off").generate(prompts, max_new_tokens=40).tokens
+        e = Engine(bundle, m, k=3, cuda_graphs="on", compile=True, min_span=16)
+        assert e.generate(prompts, max_new_tokens=40).tokens == eager, m
+        assert len({span for _, span, _ in e.graphs.captured}) >= 2

@@ -33,6 +33,20 @@ def test_rows_join_and_leave_without_changing_tokens(tiny_bundle, engine, code_p
     assert [out[i] for i in range(4)] == alone
 
 
+def test_the_host_knows_each_running_rows_length_without_asking(tiny_bundle, code_prompts):
+    """The engine mirrors every running row's cache length from the counts it reads at the step's one
+    sync (it picks the next step's KV span from them); rows join, finish and leave."""
+    e = Engine(tiny_bundle, "mtp", k=3, max_batch=2)
+    queue, steps = list(range(4)), 0
+    while queue or e.running:
+        if queue and e.free_slots and steps % 3 == 0:
+            e.admit([code_prompts[queue.pop(0)]], SamplingParams(max_new_tokens=10 + 5 * steps, stop_at_eos=False))
+        e.step()
+        steps += 1
+        assert e.committed == {s: int(e.cache.lengths[s]) for s in e.running}
+    assert steps > 10 and e.committed == {}
+
+
 def test_a_request_arriving_mid_decode_finishes_first(tiny_bundle, code_prompts):
     e = Engine(tiny_bundle, "mtp", k=4, max_batch=4)
     long = e.admit([code_prompts[0]], SamplingParams(max_new_tokens=60, stop_at_eos=False))[0]

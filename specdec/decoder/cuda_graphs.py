@@ -111,21 +111,26 @@ def say_eager_once(device) -> None:
 
 
 class Graphs:
-    """The captured steps of one owner, by name and argument shapes (so, per batch size).
+    """The captured steps of one owner, by name, KV span and argument shapes (so, per batch size and
+    per bucket of context), captured lazily: only the shapes a run meets, all in the owner's pool.
 
     mode None runs fn eagerly; "cuda" captures a CUDA graph on first use; "emulate" the CPU twin.
-    Arguments that are None stay out of the graph (its key records where they were).
+    Arguments that are None stay out of the graph (its key records where they were). `span` is the
+    number of cache slots fn's attention reads (KVCache.bound): a graph bakes it in, so it is part
+    of the key.
     """
 
     def __init__(self, mode: str | None, pool=None, compile: bool = False):
         self.mode, self.pool, self.compile = mode, pool, compile
         self.captured: dict[tuple, GraphedStep | EmulatedGraph] = {}
+        if compile:  # one compile per capture; past dynamo's default of 8 per function the rest would run unfused
+            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 256)
 
-    def __call__(self, name: str, fn: Callable, *args, state: tuple[torch.Tensor, ...] = ()):
+    def __call__(self, name: str, fn: Callable, *args, state: tuple[torch.Tensor, ...] = (), span: int | None = None):
         if self.mode is None:
             return fn(*args)
         tensors = tuple(a for a in args if a is not None)
-        key = (name, tuple(None if a is None else tuple(a.shape) for a in args))
+        key = (name, span, tuple(None if a is None else tuple(a.shape) for a in args))
         if key not in self.captured:
             def on_tensors(*ts):
                 it = iter(ts)

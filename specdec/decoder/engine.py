@@ -4,7 +4,10 @@
 speculative step (step.py), a finished row frees its slot at once. Lab 3's server drives this
 loop directly (continuous batching); `generate` is a thin loop over it. Rows live at fixed slots
 of preallocated tensors; a step runs on slots 0..width-1 and free rows ride along, so under CUDA
-graphs one capture per width serves every mix of rows. Shapes: B rows, k drafts, V vocabulary.
+graphs one capture per width serves every mix of rows. Attention reads only the slots the rows
+have filled: the host knows every row's length from what it was told at the step's one sync, so
+it picks the span without asking the device (under graphs a power-of-two bucket, one capture per
+bucket). Shapes: B rows, k drafts, V vocabulary.
 """
 
 from __future__ import annotations
@@ -129,17 +132,22 @@ class Engine:
     """A target, one proposer (or none: plain decoding) and a batch of up to max_batch rows."""
 
     def __init__(self, bundle, method: str = "ar", k: int = 4, max_batch: int = 8, max_len: int | None = None,
-                 cuda_graphs: str = "auto", compile: bool = False, proposer: Proposer | None = None, seed: int = 0):
-        """compile: fuse the target's step with torch.compile (GPU; replayed inside our own graphs)."""
+                 cuda_graphs: str = "auto", compile: bool = False, proposer: Proposer | None = None, seed: int = 0,
+                 min_span: int = 256):
+        """compile: fuse the target's step with torch.compile (GPU; replayed inside our own graphs).
+        min_span: the smallest KV bucket under graphs (buckets double from there up to max_len)."""
         if not (isinstance(k, int) and k >= 1):
             raise ValueError(f"k must be an integer >= 1, got {k!r}")
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        if not (isinstance(min_span, int) and min_span >= 1):
+            raise ValueError(f"min_span must be an integer >= 1, got {min_span!r}")
         self.bundle, self.target, self.k = bundle, bundle.target, k
         self.proposer = proposer if proposer is not None else make_proposer(method, bundle)
         self.method = method if proposer is None else proposer.name
         self.device = next(self.target.parameters()).device
         self.max_len = max_len or min(self.target.config.max_position_embeddings, 2048)
+        self.min_span = min_span
         self.graph_mode = graph_mode(cuda_graphs, self.device)
         if self.graph_mode != "cuda":
             say_eager_once(self.device)
@@ -147,6 +155,7 @@ class Engine:
         self.graphs = Graphs(self.graph_mode, pool, compile)
         self.cache = KVCache.for_model(self.target, max_batch, self.max_len)
         self.cache.fixed_span = self.graph_mode is not None
+        self.views: dict[tuple[int, int], KVCache] = {}  # under graphs: the cache's rows 0..width-1, per bucket
         self.eos_ids = bundle.eos_token_ids
         self.rows = Rows.empty(self.cache, self.max_len + k + 2, len(self.eos_ids))
         if self.proposer is not None:
@@ -154,6 +163,7 @@ class Engine:
         self.capacity = max_batch
         self.params: dict[int, SamplingParams] = {}  # running rows, by slot
         self.emitted: dict[int, int] = {}  # tokens each running row has emitted
+        self.committed: dict[int, int] = {}  # each running row's cache length, known on the host (no sync)
         self.row_gens: dict[int, torch.Generator] = {}
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
         self.times = dict(prefill=0.0, draft=0.0, verify=0.0, host=0.0)  # filled when profiling
@@ -211,6 +221,7 @@ class Engine:
             if sp.stop_at_eos and self.eos_ids:
                 rows.eos[b, : len(self.eos_ids)] = torch.tensor(self.eos_ids, device=dev)
             self.params[start + b] = sp
+            self.committed[start + b] = len(p) - 1  # the first token's commit (in _report) makes it len(p)
             if sp.seed is not None:
                 self.row_gens[start + b] = torch.Generator().manual_seed(sp.seed)
         rows.temperature.copy_(torch.tensor([sp.temperature for sp in params]))
@@ -237,6 +248,7 @@ class Engine:
         self.params.pop(slot, None)
         self.row_gens.pop(slot, None)
         self.emitted.pop(slot, None)
+        self.committed.pop(slot, None)
         self.rows.done[slot] = True
 
     # -- one step of every running row -----------------------------------------------------------
@@ -246,16 +258,19 @@ class Engine:
         phase to split the time (a GPU otherwise runs ahead of the host until the step's result)."""
         if not self.params:
             return []
-        width = self.width()
-        rows, cache = self.rows.view(0, width), self.cache.rows(0, width)
+        width, k = self.width(), self.k
+        # every position this step reads (the verify block, the proposer's own) is below `need`
+        need = max(self.committed.values()) + (1 if self.proposer is None else k + 1)
+        span = self.span(need)
+        rows, cache = self.rows.view(0, width), self.cache_view(width, span)
+        rows.span = span
         self._flags(rows)
         sync = self._sync if profile else (lambda: None)
         t0 = time.perf_counter()
-        k = self.k
         if self.proposer is None:
             u = self._uniforms(0, width, 1)
             emitted, count = self.graphs("plain", lambda u_: plain_step(self.target, cache, rows, u_), u[:, 0],
-                                         state=rows.tensors())
+                                         state=rows.tensors(), span=span)
             accept_length, drafts, t1 = torch.full_like(count, -1), emitted[:, :0], t0
         else:
             u = self._uniforms(0, width, 2 * k + 1)
@@ -265,7 +280,7 @@ class Engine:
             emitted, count, accept_length, hidden = self.graphs(
                 "verify/top" if rows.truncating else "verify",
                 lambda d, q_, u_: verify(self.target, cache, rows, d, q_, u_), drafts, q, u[:, : k + 1],
-                state=rows.tensors())
+                state=rows.tensors(), span=span)
             self.proposer.accepted(rows, hidden, count)
         sync()
         t2 = time.perf_counter()
@@ -336,6 +351,7 @@ class Engine:
     def _report(self, slot: int, tokens: list[int], accepted: int, proposed: int, done: bool,
                 drafts: list[int] | None = None) -> RowUpdate:
         self.emitted[slot] = self.emitted.get(slot, 0) + len(tokens)
+        self.committed[slot] += len(tokens)  # commit moved the row's cache length over what it kept
         finished = None
         if done:
             finished = "stop" if tokens and tokens[-1] in self.eos_ids and self.params[slot].stop_at_eos else "length"
@@ -349,6 +365,23 @@ class Engine:
         if self.graph_mode is None:
             return top
         return min(self.capacity, 1 << (top - 1).bit_length())
+
+    def cache_view(self, width: int, span: int) -> KVCache:
+        """The target cache's rows 0..width-1 read up to span. Under graphs the few views are kept:
+        slicing every layer's keys and values anew costs the host tens of microseconds a step."""
+        if self.graph_mode is None:
+            return self.cache.rows(0, width, span)
+        if (width, span) not in self.views:
+            self.views[width, span] = self.cache.rows(0, width, span)
+        return self.views[width, span]
+
+    def span(self, need: int) -> int:
+        """Cache slots attention reads in a step whose positions all lie below `need`: just those when
+        eager; under graphs the power of two above (at least min_span, at most max_len), so that a
+        few captures serve every context and a step reads at most twice what it needs."""
+        if self.graph_mode is None:
+            return min(need, self.max_len)
+        return min(self.max_len, max(self.min_span, 1 << (need - 1).bit_length()))
 
     def _flags(self, rows: Rows) -> None:
         running = self.params.values()

@@ -5,6 +5,10 @@ its k+1 positions *provisionally* past the committed length; `commit` moves a ro
 the accepted prefix and whatever lies beyond is simply ignored (rollback moves lengths back).
 Nothing is ever copied: attention masks by position, and stale slots are overwritten later,
 because every forward writes from its row's committed length upwards.
+
+Attention reads a prefix [0, span) of the slots. The engine knows every row's length on the host
+(no device sync), so it sets a `bound` per step, under CUDA graphs rounded up to a power-of-two
+bucket (one capture per bucket): a step costs what its context costs, not what the cache holds.
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ class KVCache:
         self.lengths = torch.zeros(batch, dtype=torch.long, device=device)  # committed tokens per row
         self.max_len = max_len
         self.batch = batch
-        # Under CUDA graphs shapes are frozen at capture, so attention reads every slot (masked).
+        # Slots [0, bound) hold every key a step may read: chosen on the host per step (no sync). Without
+        # a bound, a CUDA graph (shapes frozen at capture) must read every slot: fixed_span.
+        self.bound: int | None = None
         self.fixed_span = False
 
     @classmethod
@@ -31,13 +37,14 @@ class KVCache:
         n_layers = getattr(model, "num_cache_layers", cfg.num_hidden_layers)
         return cls(n_layers, batch, cfg.num_key_value_heads, cfg.head_dim, max_len, p.device, p.dtype)
 
-    def rows(self, start: int, stop: int) -> "KVCache":
-        """Rows start..stop-1 as a cache of their own that shares this one's memory (a view)."""
+    def rows(self, start: int, stop: int, bound: int | None = None) -> "KVCache":
+        """Rows start..stop-1 as a cache of their own that shares this one's memory (a view), with
+        the step's bound on the slots attention reads."""
         view = object.__new__(KVCache)
         view.k = [t[start:stop] for t in self.k]
         view.v = [t[start:stop] for t in self.v]
         view.lengths = self.lengths[start:stop]
-        view.max_len, view.batch, view.fixed_span = self.max_len, stop - start, self.fixed_span
+        view.max_len, view.batch, view.fixed_span, view.bound = self.max_len, stop - start, self.fixed_span, bound
         return view
 
     def write(self, layer: int, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor) -> None:
@@ -49,7 +56,10 @@ class KVCache:
         self.v[layer][rows, :, positions] = v.transpose(1, 2)
 
     def span(self, positions: torch.Tensor) -> int:
-        """How many slots attention reads: all of them under a graph, else just enough."""
+        """How many slots attention reads: the host's bound when it set one, all of them under a graph
+        without one, else just enough (read from positions [B, T]: a device sync)."""
+        if self.bound is not None:
+            return self.bound
         if self.fixed_span:
             return self.max_len
         return min(self.max_len, int(positions.max()) + 1)

@@ -146,7 +146,7 @@ class Attention(nn.Module):
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
             cache.write(layer, k, v, positions)
-            S = mask.shape[-1]
+            S = mask.shape[-1]  # the slots this step reads: a prefix of the cache (KVCache.span)
             K, V = cache.k[layer][:, :, :S], cache.v[layer][:, :, :S]  # [B, nkv, S, D]
             # Grouped-query attention without copying the cache: fold each group's query heads
             # into the query-length axis, so one key/value head serves g*T query rows.

@@ -9,7 +9,8 @@ The interface, in the order the engine calls it:
                                            deterministic; u [B, k] uniforms for sampled rows
   accepted(rows, hidden, count)            the target verified: count [B] tokens were kept,
                                            hidden [B, k+1, H] its states at the block's positions
-A proposer's own KV cache commits in step with the target's, so its `lengths` mean the same.
+A proposer's own KV cache commits in step with the target's, so its `lengths` mean the same, and
+its attention reads the step's span (rows.span, with the span in its graphs' keys) like the target's.
 Shapes: B rows, k drafts, V vocabulary, H hidden, W prompt width.
 """
 
@@ -108,17 +109,17 @@ class FeatureDraftProposer(Proposer):
 
     def propose(self, rows, k, u):
         B = rows.tokens.shape[0]
-        cache, fresh, count = self.cache.rows(0, B), self.fresh[:B], self.fresh_count[:B]
+        cache, fresh, count = self.cache.rows(0, B, rows.span), self.fresh[:B], self.fresh_count[:B]
         pos = cache.positions(k + 1)  # [B, k+1]: where the fresh states sit
         ids = rows.tokens.gather(1, (pos + 1).clamp(max=rows.tokens.shape[1] - 1))  # x_t+1 after each
-        g, logits = self.graphs("extend", lambda *a: self._step(cache, *a), fresh, ids, pos)
+        g, logits = self.graphs("extend", lambda *a: self._step(cache, *a), fresh, ids, pos, span=rows.span)
         g, logits = last_valid(g, count).unsqueeze(1), last_valid(logits, count)  # [B, 1, H], [B, V]
         cache.commit(count, check=False)
         p = rows.lengths.unsqueeze(1)  # the pending token's position: draft 2 is computed there
 
         def step(i, d):  # the layer reads its own output state and its own proposal
             nonlocal g
-            g, out = self.graphs("draft", lambda *a: self._step(cache, *a), g, d.unsqueeze(1), p + i)
+            g, out = self.graphs("draft", lambda *a: self._step(cache, *a), g, d.unsqueeze(1), p + i, span=rows.span)
             return out[:, 0]
 
         return autoregress(logits, k, rows, u, step)
@@ -185,13 +186,13 @@ class DraftModelProposer(Proposer):
         cache.commit(rows.lengths[start:start + n] - 1, check=False)
 
     def propose(self, rows, k, u):
-        cache = self.cache.rows(0, rows.tokens.shape[0])
+        cache = self.cache.rows(0, rows.tokens.shape[0], rows.span)
         forward = lambda ids, pos: self.draft(ids, pos, cache)[0]  # noqa: E731
         p = cache.positions(2)  # [B, 2]: the last committed position and the pending token's
-        logits = self.graphs("two", forward, rows.tokens.gather(1, p), p)[:, -1]
+        logits = self.graphs("two", forward, rows.tokens.gather(1, p), p, span=rows.span)[:, -1]
 
         def step(i, d):  # feed draft i + 1 at the position after the pending token + i
-            return self.graphs("one", forward, d.unsqueeze(1), p[:, 1:] + i + 1)[:, 0]
+            return self.graphs("one", forward, d.unsqueeze(1), p[:, 1:] + i + 1, span=rows.span)[:, 0]
 
         return autoregress(logits, k, rows, u, step)
 

@@ -39,6 +39,7 @@ class Rows:
     eos: torch.Tensor  # [B, E] ids that end the row, -1 for none
     sampling: bool = False  # some row has temperature > 0 (decided on the host: no sync)
     truncating: bool = False  # some row has top_p < 1 or top_k > 0
+    span: int | None = None  # cache slots attention reads this step, every cache alike (KVCache.bound)
 
     @classmethod
     def empty(cls, cache: KVCache, slots: int, n_eos: int) -> "Rows":
@@ -53,7 +54,8 @@ class Rows:
 
     def view(self, start: int, stop: int) -> "Rows":
         """Rows start..stop-1, sharing memory with these."""
-        return Rows(*(t[start:stop] for t in self.tensors()), sampling=self.sampling, truncating=self.truncating)
+        return Rows(*(t[start:stop] for t in self.tensors()), sampling=self.sampling, truncating=self.truncating,
+                    span=self.span)
 
     def probs(self, logits: torch.Tensor) -> torch.Tensor:
         """What each row samples from at each position: logits [B, T, V] -> probs [B, T, V]."""

@@ -1,0 +1,561 @@
+"""The Lab 2 decoder against the memory-bandwidth floor, on one GPU, in one run of under six minutes.
+
+For the Llama-3.2-1B shape (tied embeddings) and the Llama-3.1-8B shape (vocab 128256 both), random
+bf16 weights made on the GPU (no checkpoint):
+  bandwidth  the device-to-device copy rate (bytes read + written per second); a step's floor is
+             (weight bytes + live KV bytes) / that rate
+  steps      the engine's own captured plain step and verify step (width k + 1 = 2, 3, 5) at batch 1,
+             4 and 16 with 512 tokens of context, in a cache of 1024 and of 4096 slots (the same context:
+             a step should cost what its context costs, not what the cache holds), graph replays timed
+             back to back; the same with torch.compile inside the graph where the time budget allows
+  loop       generate at batch 1, 256 new tokens: plain, and the oracle proposer at k = 3 with alpha
+             chosen for tau about 2.5 and 3.5; the time outside the graphs as a fraction of a plain step
+  profile    the kernels of one graphed plain step at batch 1 (torch.profiler), by kind
+  anchor     transformers generate on the 1B shape, same prompt, greedy: its static cache with
+             torch.compile (5.x compiles the decode step itself when the cache is static), and eager
+Each measurement is recorded on its own (an error is recorded and the rest go on); the JSON and the
+log are rewritten after each, and what the time budget does not reach is marked skipped.
+
+usage: PYTHONPATH=. python3 benchmarks/gpu_floor.py --out $OUT/floor.json        (log: $OUT/floor.log)
+       python3 benchmarks/gpu_floor.py --smoke --out /tmp/floor.json   (CPU, tiny shapes: tests run this)
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's specdec, run from anywhere
+
+from gpu_bench import LLAMA_1B, cuda_time  # noqa: E402  (benchmarks/ is this script's directory)
+
+from specdec.decoder.bundle import ModelBundle  # noqa: E402
+from specdec.decoder.cuda_graphs import GraphedStep  # noqa: E402
+from specdec.decoder.engine import Engine, SamplingParams  # noqa: E402
+from specdec.decoder.model import ModelConfig, Transformer, fuse_projections  # noqa: E402
+from specdec.decoder.proposers import OracleProposer  # noqa: E402
+from specdec.sim.formulas import expected_tokens_per_step  # noqa: E402
+
+
+def llama3_rope(factor: float) -> dict:
+    return {"rope_type": "llama3", "factor": factor, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192}
+
+
+SHAPES = {
+    "1b": dict(LLAMA_1B, rope_scaling=llama3_rope(32.0)),
+    "8b": dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+               num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=131072,
+               rope_theta=500000.0, rope_scaling=llama3_rope(8.0), tie_word_embeddings=False, model_type="llama"),
+}
+SMOKE_SHAPES = {  # the same two kinds (tied, untied), small enough for a CPU test
+    "1b": dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=True, model_type="llama"),
+    "8b": dict(vocab_size=512, hidden_size=64, intermediate_size=160, num_hidden_layers=3, num_attention_heads=4,
+               num_key_value_heads=1, max_position_embeddings=512, tie_word_embeddings=False, model_type="llama"),
+}
+
+
+@dataclass
+class Plan:
+    device: str = "cuda"
+    dtype: torch.dtype = torch.bfloat16
+    shapes: dict = field(default_factory=lambda: dict(SHAPES))
+    batches: tuple = (1, 4, 16)
+    caches: tuple = (1024, 4096)
+    widths: tuple = (1, 2, 3, 5)  # 1: the plain step; k + 1 for a verify step of k drafts
+    context: int = 512
+    new_tokens: int = 256
+    k: int = 3
+    taus: tuple = (2.5, 3.5)
+    iters: int = 50
+    copy_bytes: int = 2 * 1024**3
+    graphs: str = "on"
+    compile_larger_batches: bool = True
+
+    @classmethod
+    def smoke(cls) -> "Plan":
+        return cls(device="cpu", dtype=torch.float32, shapes=dict(SMOKE_SHAPES), batches=(1, 2), caches=(64, 128),
+                   widths=(1, 2), context=24, new_tokens=8, k=1, taus=(1.5, 1.8), iters=2, copy_bytes=16 * 1024**2,
+                   graphs="emulate", compile_larger_batches=False)
+
+    @property
+    def cuda(self) -> bool:
+        return torch.device(self.device).type == "cuda"
+
+
+class Run:
+    """Results by section, each measurement on its own; the JSON and the log are rewritten as it goes."""
+
+    def __init__(self, out: Path, budget_s: float):
+        self.out, self.log_path = out, out.with_suffix(".log")
+        self.deadline = time.time() + budget_s
+        self.results: dict = {"sections": {}}
+        self.lines: list[str] = []
+        out.parent.mkdir(parents=True, exist_ok=True)
+
+    def left(self) -> float:
+        return self.deadline - time.time()
+
+    def log(self, *parts) -> None:
+        line = " ".join(str(p) for p in parts)
+        print(line, flush=True)
+        self.lines.append(line)
+        self.log_path.write_text("\n".join(self.lines) + "\n")
+
+    def save(self) -> None:
+        self.out.write_text(json.dumps(self.results, indent=2, default=str))
+
+    def measure(self, section: str, label: dict, fn, need_s: float = 0.0) -> dict:
+        """fn() -> dict of results, recorded with its label; an error is recorded, not raised. Skipped
+        when less than need_s seconds of the budget are left."""
+        entry = dict(label)
+        if self.left() < need_s:
+            entry["skipped"] = f"time budget: {self.left():.0f} s left, this needs about {need_s:.0f} s"
+        else:
+            t0 = time.time()
+            try:
+                entry.update(fn())
+            except Exception as exc:  # recorded: one failure must not lose the rest of the run
+                entry["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+                self.log(traceback.format_exc(limit=4).rstrip())
+            entry["seconds"] = round(time.time() - t0, 2)
+            free()
+        self.results["sections"].setdefault(section, []).append(entry)
+        self.save()
+        self.log(f"[{section}] {brief(entry)}  ({self.left():.0f} s left)")
+        return entry
+
+
+def brief(entry: dict) -> str:
+    return " ".join(f"{k}={round(v, 4) if isinstance(v, float) else v}" for k, v in entry.items()
+                    if not isinstance(v, (list, dict)))
+
+
+def free() -> None:
+    gc.collect()  # an engine's captured closures refer back to it: a cycle, with its cache and graphs
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def sync(plan: Plan) -> None:
+    if plan.cuda:
+        torch.cuda.synchronize()
+
+
+def timed(fn, plan: Plan, iters: int | None = None) -> float:
+    """Mean seconds per call: CUDA events on a GPU (calls back to back), the host clock on a CPU."""
+    iters = iters or plan.iters
+    if plan.cuda:
+        return cuda_time(fn, iters=iters, warmup=5)
+    fn()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    return (time.perf_counter() - t0) / iters
+
+
+# -- what a step must read ------------------------------------------------------------------------
+def copy_bandwidth(plan: Plan) -> float:
+    """Bytes per second of a large copy on the device, counting the bytes read and the bytes written."""
+    x = torch.empty(plan.copy_bytes, dtype=torch.uint8, device=plan.device)
+    y = torch.empty_like(x)
+    return 2 * x.numel() / timed(lambda: y.copy_(x), plan, iters=20)
+
+
+def weight_bytes(model: Transformer) -> int:
+    """Every weight a step reads once: all but the embedding (a step reads B rows of it); a tied
+    embedding is read whole as the LM head."""
+    n = sum(p.numel() * p.element_size() for name, p in model.named_parameters() if "embed_tokens" not in name)
+    if model.config.tie_word_embeddings:
+        w = model.embed_tokens.weight
+        n += w.numel() * w.element_size()
+    return n
+
+
+def kv_bytes_per_token(model: Transformer) -> int:
+    cfg, p = model.config, next(model.parameters())
+    return 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * p.element_size()
+
+
+def build(shape: dict, plan: Plan, seed: int = 0) -> Transformer:
+    """Random weights made where they run, in their dtype (an 8B model never exists in fp32)."""
+    torch.manual_seed(seed)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(plan.dtype)
+    try:
+        with torch.device(plan.device):
+            model = Transformer(ModelConfig(**shape))
+    finally:
+        torch.set_default_dtype(default)
+    return fuse_projections(model.eval())
+
+
+def bundle_of(model: Transformer, name: str) -> ModelBundle:
+    return ModelBundle(name=name, target=model, tokenizer=None)  # eos None: rows stop at their budget
+
+
+def random_prompts(vocab_size: int, n: int, length: int, seed: int = 1) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab_size, (n, length), generator=g).tolist()
+
+
+def alpha_for_tau(tau: float, k: int) -> float:
+    """The per-draft acceptance at which the oracle's expected tokens per step is tau (bisection)."""
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if expected_tokens_per_step(mid, k) < tau else (lo, mid)
+    return (lo + hi) / 2
+
+
+def replay_of(graph):
+    """Replay a captured step with the inputs it last saw (a CUDA graph, or its CPU twin)."""
+    if isinstance(graph, GraphedStep):
+        return graph.graph.replay
+    return lambda: graph(*graph.static_in)
+
+
+# -- measurements ---------------------------------------------------------------------------------
+def step_row(model: Transformer, plan: Plan, bw: float, batch: int, cache: int, width: int, compile: bool) -> dict:
+    """The engine's own graph of one step (plain, or verify of width - 1 drafts) at `context` tokens,
+    timed by replaying it: rows end at the captured step, so replays run the full step and change nothing."""
+    k = width - 1
+    prompts = random_prompts(model.config.vocab_size, batch, plan.context)
+    proposer = None
+    if k:  # drafts from an oracle with a random reference: what they are does not change the step's cost
+        ref = torch.randint(0, model.config.vocab_size, (batch, cache + k + 2))
+        proposer = OracleProposer(ref, 0.5, model.config.vocab_size)
+    engine = Engine(bundle_of(model, "random"), "ar", k=max(k, 1), max_batch=batch, max_len=cache,
+                    cuda_graphs=plan.graphs, compile=compile, proposer=proposer)
+    engine.admit(prompts, SamplingParams(max_new_tokens=2, stop_at_eos=False))
+    sync(plan)
+    t0 = time.time()
+    engine.step()  # captures (and compiles) the step; every row then reaches its budget
+    sync(plan)
+    capture_s = time.time() - t0
+    if engine.running or len(engine.graphs.captured) != 1:
+        raise RuntimeError(f"expected finished rows and one capture, got {engine.running} and "
+                           f"{list(engine.graphs.captured)}")
+    (name, span, _), graph = next(iter(engine.graphs.captured.items()))
+    t = timed(replay_of(graph), plan)
+    live = weight_bytes(model) + batch * plan.context * kv_bytes_per_token(model)
+    read = weight_bytes(model) + batch * span * kv_bytes_per_token(model)
+    row = {"step": name, "span": span, "ms": t * 1e3, "floor_ms": live / bw * 1e3, "x_floor": t / (live / bw),
+           "floor_at_span_ms": read / bw * 1e3, "capture_s": round(capture_s, 2)}
+    del engine, graph
+    if compile:
+        torch._dynamo.reset()  # drop the compiled code (and what it refers to) before the next shape
+    return row
+
+
+def decode_loop(engine: Engine, prompt: list[int], new: int, plan: Plan) -> dict:
+    """The whole loop after the prefill, as a server runs it: admit, then step until the row ends."""
+    engine.admit([prompt], SamplingParams(max_new_tokens=new, stop_at_eos=False))
+    sync(plan)
+    t0, steps, emitted = time.perf_counter(), 0, 1
+    while engine.running:
+        emitted += sum(len(u.tokens) for u in engine.step())
+        steps += 1
+    sync(plan)
+    wall = time.perf_counter() - t0
+    return {"decode_tokens_per_s": (emitted - 1) / wall, "ms_per_step": wall / steps * 1e3, "steps": steps,
+            "tau": (emitted - 1) / steps}
+
+
+def loop_plain(model: Transformer, plan: Plan, compile: bool, store: dict) -> dict:
+    """generate at batch 1 (tokens/s with the prefill), the decode loop alone, the phases with a sync
+    around each, and the time outside the graph: loop time per step over the graph's own replay time."""
+    prompt = random_prompts(model.config.vocab_size, 1, plan.context)[0]
+    max_len = plan.caches[0]
+    engine = Engine(bundle_of(model, "random"), "ar", max_batch=1, max_len=max_len, cuda_graphs=plan.graphs,
+                    compile=compile)
+    engine.generate([prompt], max_new_tokens=16, stop_at_eos=False)  # capture the context's bucket
+    res = engine.generate([prompt], max_new_tokens=plan.new_tokens, stop_at_eos=False)
+    loop = decode_loop(engine, prompt, plan.new_tokens, plan)
+    prof = engine.generate([prompt], max_new_tokens=plan.new_tokens, stop_at_eos=False, profile=True)
+    spans = sorted({span for _, span, _ in engine.graphs.captured})
+    graph = next(g for (name, span, _), g in engine.graphs.captured.items() if span == spans[-1])
+    t_graph = timed(replay_of(graph), plan)  # the row has ended: replays change nothing
+    store.update(prompt=prompt, tokens=res.tokens[0], engine=engine, graph_ms=t_graph * 1e3)
+    if compile:
+        torch._dynamo.reset()
+    return {"generate_tokens_per_s": res.tokens_per_s, **loop, "graph_ms": t_graph * 1e3,
+            "outside_fraction": loop["ms_per_step"] / (t_graph * 1e3) - 1, "spans": spans,
+            "phases_ms_per_step": {k: v / prof.steps * 1e3 for k, v in prof.times.items()}}
+
+
+def loop_oracle(model: Transformer, plan: Plan, tau: float, plain: dict) -> dict:
+    """The oracle proposer at k with alpha for the target tau: lossless, its tau, its tokens/s."""
+    alpha = alpha_for_tau(tau, plan.k)
+    max_len = plan.caches[0]
+
+    def oracle(seed):
+        return OracleProposer.from_continuations([plain["prompt"]], [plain["tokens"]], alpha, model.config.vocab_size,
+                                                 seed=seed, length=max_len + plan.k + 2)
+
+    engine = Engine(bundle_of(model, "random"), k=plan.k, max_batch=1, max_len=max_len, cuda_graphs=plan.graphs,
+                    proposer=oracle(7))
+    engine.generate([plain["prompt"]], max_new_tokens=16, stop_at_eos=False)  # capture
+    res = engine.generate([plain["prompt"]], max_new_tokens=plan.new_tokens, stop_at_eos=False)
+    loop = decode_loop(engine, plain["prompt"], plan.new_tokens, plan)
+    return {"alpha": alpha, "tau_expected": float(expected_tokens_per_step(alpha, plan.k)), "tau": res.stats.tau,
+            "same_as_plain": res.tokens[0] == plain["tokens"], "generate_tokens_per_s": res.tokens_per_s,
+            "decode_tokens_per_s": loop["decode_tokens_per_s"], "tau_loop": loop["tau"],
+            "speedup_decode": loop["decode_tokens_per_s"] / plain["decode_tokens_per_s"]}
+
+
+KINDS = (("attention", ("fmha", "attention", "flash", "attn")),
+         ("matmul", ("gemm", "gemv", "cutlass", "xmma", "nvjet", "matmul", "splitk", "cublas")))
+
+
+def kernel_profile(plain: dict, plan: Plan, reps: int = 5) -> dict:
+    """torch.profiler over a few replays of the plain step's graph: time per step by kernel and by kind."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    replay = replay_of(next(iter(plain["engine"].graphs.captured.values())))
+    replay()
+    sync(plan)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if plan.cuda else [])
+    with profile(activities=acts) as prof:
+        for _ in range(reps):
+            replay()
+        sync(plan)
+
+    def self_time(e):  # microseconds: a kernel's device time (on a CPU, an op's own host time)
+        if plan.cuda:
+            return getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0)
+        return e.self_cpu_time_total
+
+    def is_kernel(e):  # on a GPU the device's own events (kernels, copies): host ops would count them again
+        return e.device_type == DeviceType.CUDA if plan.cuda else e.key.startswith("aten::")
+
+    kernels = sorted(((self_time(e) / reps, e.count / reps, e.key) for e in prof.key_averages()
+                      if is_kernel(e) and self_time(e) > 0), reverse=True)
+    by_kind: dict[str, float] = {}
+    for us, _, name in kernels:
+        kind = next((k for k, words in KINDS if any(w in name.lower() for w in words)), "other")
+        by_kind[kind] = by_kind.get(kind, 0.0) + us
+    return {"graph_ms": plain["graph_ms"], "kernel_us_per_step": sum(us for us, _, _ in kernels),
+            "by_kind_us": {k: round(v, 1) for k, v in by_kind.items()},
+            "top": [{"us": round(us, 1), "calls": c, "name": name[:120]} for us, c, name in kernels[:15]]}
+
+
+def hf_anchor(shape: dict, plan: Plan, prompt: list[int], compiled: str | None) -> dict:
+    """transformers generate, greedy, batch 1: tokens/s of the call, and the time per token from a
+    256-token call and a 1-token call (what SGLang's TPOT measures)."""
+    import transformers
+    from transformers import AutoModelForCausalLM, CompileConfig, LlamaConfig
+
+    torch.manual_seed(0)
+    with torch.device(plan.device):
+        hf = AutoModelForCausalLM.from_config(LlamaConfig(**ModelConfig(**shape).to_hf()), dtype=plan.dtype).eval()
+    ids = torch.tensor([prompt], device=plan.device)
+    kw = {"do_sample": False, "pad_token_id": 0}
+    if compiled:  # the documented fast path: a static cache, the decode step compiled (reduce-overhead)
+        kw.update(cache_implementation="static",
+                  compile_config=CompileConfig(fullgraph=compiled == "fullgraph", mode="reduce-overhead"))
+    else:
+        kw.update(disable_compile=True)
+
+    def call(n):
+        sync(plan)
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            out = hf.generate(ids, max_new_tokens=n, min_new_tokens=n, **kw)
+        sync(plan)
+        return time.perf_counter() - t0, out.shape[1] - ids.shape[1]
+
+    t_warm, _ = call(plan.new_tokens)  # compiles and records its graphs
+    t_full, n = call(plan.new_tokens)
+    t_one, _ = call(1)
+    tpot = (t_full - t_one) / (n - 1)
+    torch._dynamo.reset()  # its compiled step and graphs go (the model with this call)
+    return {"transformers": transformers.__version__, "new_tokens": n, "warmup_s": round(t_warm, 2),
+            "generate_tokens_per_s": n / t_full, "tpot_ms": tpot * 1e3, "decode_tokens_per_s": 1 / tpot}
+
+
+# -- the run --------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True, help="results JSON (the log is written beside it, .log)")
+    p.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU, a few steps (the test)")
+    p.add_argument("--shapes", default="8b,1b", help="comma-separated, of: 1b, 8b")
+    p.add_argument("--budget-s", type=float, default=300.0,
+                   help="start no measurement that would end past this (the whole run stays under six minutes)")
+    p.add_argument("--no-compile", action="store_true")
+    p.add_argument("--no-anchor", action="store_true", help="skip transformers generate")
+    args = p.parse_args(argv)
+    plan = Plan.smoke() if args.smoke else Plan()
+    if not args.smoke and not torch.cuda.is_available():
+        print("gpu_floor: needs a CUDA device (or --smoke for the CPU check)", file=sys.stderr)
+        return 2
+    shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
+    if not shapes or any(s not in plan.shapes for s in shapes):
+        print(f"gpu_floor: --shapes takes {', '.join(plan.shapes)}, got {args.shapes!r}", file=sys.stderr)
+        return 2
+    if args.smoke:  # dynamo traces as on the GPU; inductor's code generation would take minutes on a CPU
+        real_compile = torch.compile
+        torch.compile = lambda fn=None, **kw: real_compile(fn, **{**kw, "backend": "eager"})
+    torch.set_grad_enabled(False)
+    run = Run(Path(args.out), args.budget_s)
+    env = {"device": torch.cuda.get_device_name() if plan.cuda else "cpu", "torch": torch.__version__,
+           "cuda": torch.version.cuda, "dtype": str(plan.dtype), "context": plan.context, "k": plan.k,
+           "new_tokens": plan.new_tokens, "smoke": args.smoke, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    run.results["env"] = env
+    run.log("gpu_floor:", json.dumps(env))
+    bw_entry = run.measure("bandwidth", {}, lambda: {"copy_Bps": copy_bandwidth(plan)})
+    bw = bw_entry.get("copy_Bps") or float("nan")
+    models, plains = {}, {}
+    for name in shapes:  # without compile: the steps and the loop (8B first: the goals are about it)
+        run.measure("build", {"shape": name, "dtype": str(plan.dtype)},
+                    lambda: {"params": models.setdefault(name, build(plan.shapes[name], plan)).num_params()})
+        plains[name] = measure_shape(run, plan, name, models[name], bw) if name in models else {}
+    shapes = [name for name in shapes if name in models]
+    compiled = not args.no_compile
+    compiled_shapes = shapes[:1] if args.smoke else shapes  # the smoke test traces each path once, not per shape
+    if compiled:  # each capture compiles (tens of seconds on a GPU): batch-1 plain steps first, both caches
+        for name in compiled_shapes:
+            steps(run, plan, name, models[name], bw, batches=(1,), widths=(1,), compile=True)
+    if "1b" in shapes and not args.no_anchor:
+        anchor(run, plan)
+    if compiled:  # then what the budget allows: the loop, verify steps, larger batches
+        for name in compiled_shapes:
+            run.measure("loop", {"shape": name, "method": "plain", "compile": True},
+                        lambda: loop_plain(models[name], plan, True, {}), need_s=45)
+        for name in compiled_shapes:
+            steps(run, plan, name, models[name], bw, batches=(1,), widths=(plan.k + 1,), compile=True)
+        for name in compiled_shapes if plan.compile_larger_batches else ():
+            steps(run, plan, name, models[name], bw, batches=plan.batches[1:], widths=(1, plan.k + 1), compile=True)
+    for name in shapes:  # last: a profiler that meets a CUDA graph is the likeliest thing to take the process down
+        if "engine" in plains.get(name, {}):
+            run.measure("profile", {"shape": name, "batch": 1, "step": "plain"},
+                        lambda: kernel_profile(plains[name], plan), need_s=5)
+            plains[name].pop("engine")
+    summary(run, plan)
+    run.save()
+    return 0
+
+
+def steps(run: Run, plan: Plan, name: str, model: Transformer, bw: float, batches, widths, compile: bool) -> None:
+    for batch in batches:
+        for width in widths:
+            for cache in plan.caches:
+                run.measure("steps", {"shape": name, "batch": batch, "width": width, "cache": cache, "compile": compile},
+                            lambda: step_row(model, plan, bw, batch, cache, width, compile), need_s=40 if compile else 3)
+
+
+def measure_shape(run: Run, plan: Plan, name: str, model: Transformer, bw: float) -> dict:
+    """Everything without compile for one shape; returns the plain loop's prompt, tokens (the oracle's
+    reference, the anchor's prompt) and engine (its graph is profiled at the end)."""
+    run.results.setdefault("models", {})[name] = {
+        "params": model.num_params(), "weight_bytes": weight_bytes(model), "kv_bytes_per_token": kv_bytes_per_token(model),
+        "floor_batch1_ms": (weight_bytes(model) + plan.context * kv_bytes_per_token(model)) / bw * 1e3}
+    steps(run, plan, name, model, bw, plan.batches, plan.widths, compile=False)
+    store: dict = {}
+    plain = run.measure("loop", {"shape": name, "method": "plain", "compile": False},
+                        lambda: loop_plain(model, plan, False, store), need_s=10)
+    if "decode_tokens_per_s" not in plain:
+        return {}
+    store.update(plain)
+    for tau in plan.taus:
+        run.measure("loop", {"shape": name, "method": "oracle", "k": plan.k, "tau_target": tau, "compile": False},
+                    lambda: loop_oracle(model, plan, tau, store), need_s=10)
+    return store
+
+
+def anchor(run: Run, plan: Plan) -> None:
+    prompt = random_prompts(plan.shapes["1b"]["vocab_size"], 1, plan.context)[0]  # our 1B loop's prompt
+    fast = run.measure("anchor", {"engine": "transformers generate, static cache + torch.compile (fullgraph)",
+                                  "shape": "1b"}, lambda: hf_anchor(plan.shapes["1b"], plan, prompt, "fullgraph"),
+                       need_s=100)
+    if "error" in fast:  # its graph breaks somewhere: the default CompileConfig, as generate would pick
+        run.measure("anchor", {"engine": "transformers generate, static cache + torch.compile (default config)",
+                               "shape": "1b"}, lambda: hf_anchor(plan.shapes["1b"], plan, prompt, "default"), need_s=100)
+    run.measure("anchor", {"engine": "transformers generate, eager", "shape": "1b"},
+                lambda: hf_anchor(plan.shapes["1b"], plan, prompt, None), need_s=15)
+
+
+def summary(run: Run, plan: Plan) -> None:
+    """The readable part of the log: step tables against the floor, the loop, the goals."""
+    sec = run.results["sections"]
+    ok = lambda e: "ms" in e  # noqa: E731
+    steps = [e for e in sec.get("steps", []) if ok(e)]
+    bw = (sec.get("bandwidth") or [{}])[0].get("copy_Bps", float("nan"))
+    run.log("")
+    run.log(f"== summary ({run.results['env']['device']}); copy bandwidth {bw / 1e12:.3f} TB/s (read + written)")
+    goals = []
+    for name, m in run.results.get("models", {}).items():
+        run.log(f"-- {name}: {m['params'] / 1e9:.2f} B params, {m['weight_bytes'] / 1e9:.2f} GB read per step, "
+                f"floor at batch 1 and {plan.context} tokens {m['floor_batch1_ms']:.3f} ms")
+        run.log(f"{'step':>18} {'compile':>8} " + " ".join(f"{f'cache {c}':>20}" for c in plan.caches)
+                + f" {'ratio':>7}")
+        for batch in plan.batches:
+            for compiled in (False, True):
+                for width in plan.widths:
+                    cells = {e["cache"]: e for e in steps if (e["shape"], e["batch"], e["width"], e["compile"])
+                             == (name, batch, width, compiled)}
+                    if not cells:
+                        continue
+                    label = f"B={batch} " + ("plain" if width == 1 else f"verify w={width}")
+                    text = " ".join(f"{cells[c]['ms']:9.3f} ms {cells[c]['x_floor']:5.2f}x" if c in cells
+                                    else f"{'-':>20}" for c in plan.caches)
+                    ratio = ""
+                    if all(c in cells for c in plan.caches):
+                        r = cells[plan.caches[-1]]["ms"] / cells[plan.caches[0]]["ms"]
+                        ratio = f"{r:7.3f}"
+                        goals.append(("cache", name, r, compiled))
+                    run.log(f"{label:>18} {str(compiled):>8} {text} {ratio}")
+        for e in sec.get("loop", []):
+            if e.get("shape") != name or "decode_tokens_per_s" not in e:
+                continue
+            extra = (f"outside the graph {100 * e['outside_fraction']:.1f}% of a step ({e['ms_per_step']:.3f} ms "
+                     f"per step, graph {e['graph_ms']:.3f} ms)" if e["method"] == "plain" else
+                     f"tau {e['tau']:.2f} (alpha {e['alpha']:.3f}), speedup {e['speedup_decode']:.2f}x, "
+                     f"lossless {e['same_as_plain']}")
+            run.log(f"loop {e['method']:>6} compile={e['compile']}: decode {e['decode_tokens_per_s']:.1f} tok/s, "
+                    f"generate {e['generate_tokens_per_s']:.1f} tok/s; {extra}")
+            if e["method"] == "plain":
+                goals.append(("outside", name, e["outside_fraction"], e["compile"]))
+        for e in sec.get("profile", []):
+            if e.get("shape") == name and "by_kind_us" in e:
+                run.log(f"profile B=1 plain: kernels {e['kernel_us_per_step']:.0f} us of a {e['graph_ms'] * 1e3:.0f} us "
+                        f"step; by kind {e['by_kind_us']}")
+    for e in sec.get("anchor", []):
+        if "decode_tokens_per_s" in e:
+            run.log(f"anchor {e['engine']}: decode {e['decode_tokens_per_s']:.1f} tok/s (TPOT {e['tpot_ms']:.3f} ms), "
+                    f"generate {e['generate_tokens_per_s']:.1f} tok/s")
+    run.log("-- goals (measured in this run)")
+    for name, limit in (("8b", 1.25), ("1b", 2.0)):
+        for compiled in (False, True):
+            x = [e["x_floor"] for e in steps if (e["shape"], e["batch"], e["width"], e["compile"]) == (name, 1, 1, compiled)]
+            if x:
+                run.log(f"{name} batch-1 plain step <= {limit}x floor, compile={compiled}: {min(x):.2f}x "
+                        f"({'met' if min(x) <= limit else 'missed'})")
+    for compiled in (False, True):
+        ratios = [r for kind, _, r, c in goals if kind == "cache" and c == compiled]
+        if ratios:
+            worst = max(ratios, key=lambda r: abs(r - 1))
+            run.log(f"cache {plan.caches[-1]} vs {plan.caches[0]} slots at the same context within 5%, compile={compiled}: "
+                    f"worst ratio {worst:.3f} of {len(ratios)} ({'met' if abs(worst - 1) <= 0.05 else 'missed'})")
+    for kind, name, f, compiled in goals:
+        if kind == "outside" and name == "8b":
+            run.log(f"time outside the graphs < 5% of an 8B plain step, compile={compiled}: {100 * f:.1f}% "
+                    f"({'met' if f < 0.05 else 'missed'})")
+    errors = sum(1 for entries in sec.values() for e in entries if "error" in e)
+    skipped = sum(1 for entries in sec.values() for e in entries if "skipped" in e)
+    run.log(f"{errors} measurements failed, {skipped} skipped (time budget); details in {run.out.name}")
+    run.results["errors"], run.results["skipped"] = errors, skipped
+
+
+if __name__ == "__main__":
+    sys.exit(main())
