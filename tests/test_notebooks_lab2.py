@@ -7,7 +7,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from notebook_tools import assert_committed_clean, exercise_cells, images_in, text_of
+from notebook_tools import BLOCK, assert_committed_clean, exercise_cells, images_in, text_of
 from notebook_tools import execute as run_notebook
 from notebook_tools import untouched_lab as lab_of
 
@@ -26,6 +26,10 @@ def execute(nb, cwd):
 def untouched_lab():
     return lab_of(SOLUTION)
 
+
+def assert_guesses_shown(out, n):
+    """The predict-first cells ran, and their (default, empty) guesses are printed next to the measurement."""
+    assert out.count("no guess written") == n, out
 
 
 @pytest.mark.parametrize("path", [LECTURE, SOLUTION], ids=["lecture", "solution"])
@@ -62,6 +66,59 @@ def test_lecture_runs(tmp_path, inline_plots):
     assert "oracle alpha 1.00" in out
     assert "No GPU on this machine" in out or "graphed" in out  # the CUDA-graph section says which
     assert images_in(nb) >= 4  # acceptance by position, speed, predicted vs measured, oracle
+    assert_sampling_summary(out)
+    assert_oracle_cut_by_budget(out)
+    assert_gap_to_the_oracle_line(out)
+    assert_guesses_shown(out, len(METHODS))
+    assert re.search(r"\d+ of 15 points below the diagonal", out)
+    assert re.search(r"this notebook ran on the CPU \d+% to \d+% of the wall time", out)  # how busy the machine was
+    assert re.search(r"one plain step: \S+ ms now, \S+ ms in section 7", out)
+    assert re.search(r"by rows computed: 1 rows \S+, 2 rows \S+, 3 rows \S+, 4 rows 1.00 of the cost at 4 rows", out)
+
+
+def assert_sampling_summary(out):
+    """Both directions on the toy pairs; the summary line counts what the table above it shows."""
+    assert "greedy acceptance 1.00, sampled 0.70" in out and "greedy acceptance 0.00, sampled 0.90" in out
+    taus = {m: (float(g), float(s)) for m, g, s in re.findall(r"^  (\w+)\s+greedy (\S+)\s+temperature 0.8 (\S+)$", out, re.MULTILINE)}
+    assert set(taus) == set(METHODS), out
+    m = re.search(r"here sampling lowered tau for (\d) of 5 proposers \((.*?)\) and raised it for (\d)", out)
+    assert m, out
+    assert int(m.group(1)) == sum(s < g for g, s in taus.values())
+    assert int(m.group(3)) == sum(s > g for g, s in taus.values())
+
+
+def assert_oracle_cut_by_budget(out):
+    """At alpha 1 the printed tau is the budget's count: tokens after the prefill / steps, the last step cut short."""
+    m = re.search(r"alpha 1 accepts every draft, yet tau (\S+) < k \+ 1 = 5: .* cuts to (\d+)\.", out)
+    assert m, out
+    kept = re.search(r"the last step of each row kept \[([\d, ]+)\] tokens; (\d+) / (\d+) = (\S+) tokens per step", out)
+    assert kept, out
+    assert {int(x) for x in kept.group(1).split(",")} == {int(m.group(2))}
+    assert m.group(1) == kept.group(4) == f"{int(kept.group(2)) / int(kept.group(3)):.2f}"
+
+
+def assert_gap_to_the_oracle_line(out):
+    """Each proposer's ratio to the oracle line splits into steps x drafts x verify (up to the prefill), verify into
+    rows x machine x rest; the largest loss named is the smallest factor; n-gram's rows finishing apart cost steps."""
+    number = r"\s*(-?[\d.]+)"
+    rows = re.findall(rf"^(\w+){number}  ={number} x{number} x{number}  \({number} x{number} x{number}\){number}  (\w+)$",
+                      out, re.MULTILINE)
+    assert [r[0] for r in rows] == METHODS, out
+    for name, *values, largest in rows:
+        ratio, steps, drafts, verify, rows_, machine, rest, product = map(float, values)
+        assert product == pytest.approx(steps * drafts * verify, rel=0.03, abs=0.01), name
+        assert verify == pytest.approx(rows_ * machine * rest, rel=0.03, abs=0.01), name
+        assert product == pytest.approx(ratio, rel=0.2), name  # only the prefill and the interpolation left out
+        factors = {"steps": steps, "drafts": drafts, "verify": verify}
+        assert factors[largest] == min(factors.values()), name
+    shares = re.findall(r"^(?:mtp|heads|draft|eagle|ngram)\s.*\s(\d+)%$", out, re.MULTILINE)
+    assert len(shares) == len(METHODS) and all(0 < int(s) <= 100 for s in shares), out
+    ng = re.search(r"ngram: its drafting takes \d+% of its step \(factor \S+\)\. Its rows' tau \[(.*)\]: the batch took "
+                   r"(\d+) verify steps at tau (\S+), the line about \d+ \(factor \S+\)", out)
+    assert ng, out
+    row_tau, steps, tau = [float(x) for x in ng.group(1).split(",")], int(ng.group(2)), float(ng.group(3))
+    assert max(row_tau) - min(row_tau) > 1  # its rows accept very different amounts...
+    assert steps > 1.1 * 63 / tau  # ...so the batch takes more steps than 63 tokens per row at its tau would need
 
 
 @pytest.mark.slow
@@ -75,6 +132,10 @@ def test_solution_runs_with_full_marks(tmp_path, inline_plots):
     assert "every speculative output equals plain decoding: True" in out
     assert "your choose_k: alpha" in out
     assert images_in(nb) >= 4
+    assert out.count("(agrees)") == 3 and "MISMATCH" not in out  # q2's See-it: the solution's cache is right
+    assert re.search(r"on a batch of 1024 rows: yours \S+ ms; the reference \S+ ms batched, \S+ ms called row by row", out)
+    assert_guesses_shown(out, len(METHODS) + 1)
+    assert "measured best k = " in out
 
 
 @pytest.mark.slow
@@ -88,3 +149,30 @@ def test_untouched_lab_runs_to_the_end_with_zero(tmp_path):
         assert re.search(rf"{re.escape(ex)} \[FAIL\] 0/\d+ .*not implemented", out), f"{ex}:\n{out}"
     assert "total: 0 / 10" in out
     assert "not done yet" in out  # the worked cells fall back on the reference, and say so
+    assert "your commit_step is not done yet" in out
+    assert_guesses_shown(out, len(METHODS) + 1)
+
+
+@pytest.mark.slow
+def test_a_wrong_commit_step_shows_a_mismatch(tmp_path):
+    """q2's See-it compares with the text the rows really kept: forgetting the pending token must show."""
+    nb = nbformat.read(SOLUTION, as_version=4)
+    see_it = next(i for i, c in enumerate(nb.cells) if "the truth: what each row keeps" in c.source)
+    nb.cells = nb.cells[: see_it + 1]
+    answer = next(c for c in nb.cells if "def commit_step(" in c.source)
+    wrong = ["kept = torch.where(done, 0, accept_length)  # forgets the pending token",
+             "return lengths + kept, torch.arange(k + 1) >= kept.unsqueeze(1)"]
+    answer.source = BLOCK.sub(lambda m: "\n".join(m.group(1) + line for line in wrong), answer.source)
+    nb, _ = execute(nb, tmp_path)
+    out = text_of(nb)
+    assert "lab2.q2 [" in out and "lab2.q2 [PASS]" not in out, out
+    assert out.count("MISMATCH") == 3, out  # every row, though the lengths pass the range check
+
+
+@pytest.mark.parametrize("path", [LECTURE, SOLUTION], ids=["lecture", "solution"])
+def test_legends_sit_outside_the_axes(path):
+    """A legend inside the axes hid the n-gram curve: every legend is placed outside (or under) its plot."""
+    for cell in nbformat.read(path, as_version=4).cells:
+        for line in cell.source.splitlines():
+            if ".legend(" in line:
+                assert "bbox_to_anchor" in line or '"outside' in line, line
