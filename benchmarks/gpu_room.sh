@@ -24,7 +24,7 @@ print(' '.join(m for m in ('requests', 'tqdm', 'fastapi', 'uvicorn', 'sglang') i
   if [ -n "$missing" ]; then echo "missing on this node: $missing (the course's launcher needs them): stop"; return 1; fi
 
   stamp "specdec preflight --models tiny --students 4 --mode gpu"
-  timeout 120 python3 -m specdec preflight --models tiny --students 4 --mode gpu
+  timeout 120 python3 -m specdec preflight --models tiny --students 4 --mode gpu --import-timeout 100
   echo "preflight exit status $?"
 
   stamp "specdec room --students 4 --engine sglang --model tiny"

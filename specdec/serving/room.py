@@ -13,6 +13,7 @@ import json
 import os
 import secrets
 import signal
+import string
 import threading
 import time
 from collections.abc import Callable
@@ -67,8 +68,12 @@ def seat_names(n: int) -> list[str]:
     return [f"student-{i:0{width}d}" for i in range(1, n + 1)]
 
 
-def new_key() -> str:
-    return secrets.token_urlsafe(18)  # 24 URL-safe characters, no spaces: fits --api-key and a Bearer header
+KEY_ALPHABET = string.ascii_letters + string.digits
+
+
+def new_key(length: int = 24) -> str:
+    """Letters and digits only: a key starting with '-' would read as a flag on a server's command line."""
+    return "".join(secrets.choice(KEY_ALPHABET) for _ in range(length))
 
 
 def pick_ports(n: int, base: int, host: str = "127.0.0.1",
