@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import argparse
 import re
+import tempfile
 
 from specdec.cli.common import UsageError
 from specdec.serving.gpu import DEFAULT_HEADROOM, module_present
+from specdec.serving.lifecycle import run_dir
 from specdec.serving.preflight import (
     MODES,
     ModelFacts,
@@ -32,7 +34,8 @@ from specdec.zoo import ModelNotFound, ZooError, resolve, zoo_parts
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--models", nargs="+", default=["tiny"], metavar="MODEL",
                    help="zoo names or model directories the class will serve (default: tiny)")
-    p.add_argument("--students", type=int, default=1, help="servers to plan for: memory and ports (default 1)")
+    p.add_argument("--students", type=int, default=1,
+                   help="servers to plan for: memory and ports (default 1; 2N for `specdec room --algorithm none,NEXTN`)")
     p.add_argument("--port-range", default="30000-30099", metavar="A-B", help="ports the servers may take")
     p.add_argument("--mode", choices=MODES, default="auto",
                    help="gpu: SGLang; cpu: specdec serve; auto: gpu where a GPU and SGLang are present")
@@ -76,7 +79,8 @@ def main(args: argparse.Namespace) -> int:
     if not 0 < args.headroom < 1:
         raise UsageError(f"--headroom must be in (0, 1), got {args.headroom}")
     probe = Probe(models=tuple(model_facts(m) for m in args.models), students=args.students, headroom=args.headroom,
-                  port_range=port_range(args.port_range), serve_problem=serve_problem(), import_timeout=args.import_timeout)
+                  port_range=port_range(args.port_range), serve_problem=serve_problem(), import_timeout=args.import_timeout,
+                  disk_paths=(tempfile.gettempdir(), str(run_dir())))  # JIT caches; the servers' logs
     facts = gather_facts(probe)
     mode, why = choose_mode(args.mode, facts)
     print(f"specdec preflight: {mode} path ({why}); {args.students} student(s), ports {args.port_range}", flush=True)
