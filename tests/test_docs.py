@@ -16,7 +16,60 @@ def test_results_page_is_regenerated_from_benchmark_results():
 def test_every_script_and_log_the_docs_cite_exists():
     import re
 
-    for page in ("results.md", "zoo.md"):
+    for page in ("results.md", "zoo.md", "instructor-guide.md"):
         text = (ROOT / "docs" / page).read_text()
         for path in set(re.findall(r"`(benchmarks/[\w/.\-]+\.(?:py|sh|log|json))", text)):
             assert (ROOT / path).is_file(), f"docs/{page} cites {path}, which is missing"
+
+
+GUIDE = ROOT / "docs" / "instructor-guide.md"
+
+
+def test_the_guide_lists_every_exercise_with_its_points():
+    import re
+
+    from specdec.grading import lab1, lab2, lab3
+
+    text = GUIDE.read_text()
+    rows = dict(re.findall(r"^\| (lab\d\.q\d) \| (\d) \|", text, re.MULTILINE))
+    graded = {q.id: str(q.points) for lab in (lab1, lab2, lab3) for q in lab.EXERCISES}
+    assert rows == graded
+    for n, lab in ((1, lab1), (2, lab2), (3, lab3)):
+        assert f"Lab {n}: " in text and f"({sum(q.points for q in lab.EXERCISES)} points)" in text
+
+
+def test_the_guide_names_only_real_verbs_and_the_pins_preflight_checks():
+    import re
+    import subprocess
+
+    from specdec.cli import COMMANDS
+    from specdec.serving.preflight import TORCH_PINS, TRANSFORMERS_PINS
+
+    text = GUIDE.read_text()
+    assert set(re.findall(r"`specdec (\w+)", text)) <= set(COMMANDS)
+    table = {}
+    for first, last, torch in re.findall(r"^\| (0\.5\.\d+)(?: to (0\.5\.\d+))? \| (\d+\.\d+\.\d+) \|$", text, re.MULTILINE):
+        table[(first, last or first)] = torch
+    assert table == {(".".join(map(str, lo)), ".".join(map(str, hi))): torch for (lo, hi), torch in TORCH_PINS.items()}
+    packages = (ROOT / "tools" / "sglang-offline" / "packages.txt").read_text()
+    assert "sglang==0.5.16" in packages and f"transformers=={TRANSFORMERS_PINS[(0, 5, 16)]}" in packages
+    for script in ("build.sh", "setup.sh"):
+        assert subprocess.run(["bash", "-n", str(ROOT / "tools" / "sglang-offline" / script)], check=False).returncode == 0
+    assert subprocess.run(["bash", "-n", str(ROOT / "benchmarks" / "gpu_room.sh")], check=False).returncode == 0
+
+
+def test_what_the_guide_quotes_from_the_logs_is_in_them():
+    import re
+
+    text = GUIDE.read_text()
+    log = (ROOT / "benchmarks" / "logs" / "sglang_zoo.log").read_text()
+    section = text[text.index("Lines that look like errors"):text.index("## 9.")]
+    quotes = re.findall(r"`([^`]+)`", section)[1:]  # the first is the log's name
+    quotes += ["K size: 20.82 GB, V size: 20.82 GB", "elapsed=39.35 s", "elapsed=1.41 s", "mem usage=0.02 GB",
+               "max_prefill_tokens=16384"]
+    assert len(quotes) >= 9
+    for q in quotes:
+        assert q in log, q
+        assert q.split("=")[0] in text
+    results = (ROOT / "docs" / "results.md").read_text()
+    assert "| plain | - | 79.10 |" in results and "79.1 s" in text

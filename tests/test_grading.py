@@ -358,6 +358,26 @@ def test_unreadable_notebook_fails_but_the_others_are_graded(tmp_path):
     assert "Grading failed" in entries[0]["output"]
 
 
+def test_batch_grades_a_folder_of_submissions_into_one_csv(tmp_path):
+    """`specdec grade --batch DIR --csv OUT`: every notebook under DIR (one folder per student or not),
+    Jupyter's checkpoints and executed copies left out."""
+    class_dir = tmp_path / "submissions"
+    for student, kw in (("alice", {}), ("bob", {"q2": "def mean(xs):\n    return 0.0"})):
+        (class_dir / student / ".ipynb_checkpoints").mkdir(parents=True)
+        write_notebook(class_dir / student / "lab99.ipynb", **kw)
+        write_notebook(class_dir / student / ".ipynb_checkpoints" / "lab99-checkpoint.ipynb")
+        write_notebook(class_dir / student / "lab99.executed.ipynb")
+    status, _, err = run_cli("grade", "--batch", str(class_dir), "--csv", str(tmp_path / "class.csv"), "-j", "2")
+    assert status == 0, err
+    rows = list(csv.reader(io.StringIO((tmp_path / "class.csv").read_text())))
+    assert rows[0] == ["notebook", "total", "max_score", "lab99.q1", "lab99.q2", "lab99.q3"]
+    assert [(Path(r[0]).parent.name, r[1]) for r in rows[1:]] == [("alice", "6"), ("bob", "3")]
+    status, _, err = run_cli("grade", "--batch", str(tmp_path / "nowhere"))
+    assert status == 2 and "no such folder" in err
+    status, _, err = run_cli("grade")
+    assert status == 2 and "--batch DIR" in err
+
+
 def test_a_notebook_without_exercise_ids_needs_lab(tmp_path):
     nb = tmp_path / "untitled.ipynb"
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(ADD)]), nb)

@@ -23,6 +23,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "execute": ("specdec.cli.execute", "run a notebook headless and write the executed copy (with its check results)"),
     "launch": ("specdec.cli.launch", "Lab 3: start an SGLang (or specdec serve) server with a checked speculative config"),
     "bench": ("specdec.cli.bench", "Lab 3: concurrency sweep against a server, or --compare two sweeps"),
+    "preflight": ("specdec.cli.preflight", "is this node ready for the workshop: GPU, CUDA, SGLang and its pins, models, ports"),
+    "room": ("specdec.cli.room", "one server per student on this node, with ports and keys in a CSV; --stop stops them"),
 }
 
 

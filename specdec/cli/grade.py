@@ -30,7 +30,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = Limits()
     parser.epilog = EPILOG
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument("notebooks", nargs="+", metavar="NOTEBOOK", help="notebooks to grade")
+    parser.add_argument("notebooks", nargs="*", metavar="NOTEBOOK", help="notebooks to grade")
+    parser.add_argument("--batch", metavar="DIR",
+                        help="grade every notebook under DIR (a class's submissions, one folder each or not), "
+                             "leaving out checkpoints and executed copies; with --csv, one row per notebook")
     parser.add_argument("--json", metavar="PATH",
                         help="write Gradescope's results.json (for several notebooks: a list, each with `notebook`)")
     parser.add_argument("--csv", metavar="PATH", help="write a row per notebook: notebook, total, max_score, each exercise")
@@ -47,8 +50,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-j", "--jobs", type=int, default=1, metavar="N", help="notebooks graded at once (default 1)")
 
 
+def batch_notebooks(folder: str) -> list[str]:
+    """The notebooks under `folder`, sorted; Jupyter's checkpoints and `specdec execute`'s copies left out."""
+    root = Path(folder)
+    if not root.is_dir():
+        raise UsageError(f"--batch {folder}: no such folder")
+    found = sorted(str(p) for p in root.rglob("*.ipynb")
+                   if ".ipynb_checkpoints" not in p.parts and not p.name.endswith(".executed.ipynb"))
+    if not found:
+        raise UsageError(f"--batch {folder}: no notebooks in it")
+    return found
+
+
 def _validate(args: argparse.Namespace) -> None:
     """Refuse bad arguments before hours of grading, not after."""
+    if args.batch:
+        args.notebooks = [*args.notebooks, *batch_notebooks(args.batch)]
+    if not args.notebooks:
+        raise UsageError("give the notebooks to grade, or --batch DIR")
     for nb in args.notebooks:
         path = Path(nb)
         if not path.exists():

@@ -70,7 +70,7 @@ def config_from_args(args) -> LaunchConfig:
     algorithm = ALIASES.get(args.algorithm.lower(), args.algorithm.upper())
     try:
         if backend == "sglang":
-            cfg.update(_zoo_dirs(args.model, args.draft, algorithm))
+            cfg.update(zoo_dirs(args.model, args.draft, algorithm))
         elif algorithm in DRAFT_PART and not args.draft:
             cfg["draft"] = args.model  # specdec serve takes the draft part from --model itself
         return LaunchConfig(**{**cfg, "backend": backend})
@@ -78,7 +78,8 @@ def config_from_args(args) -> LaunchConfig:
         raise UsageError(str(exc)) from None
 
 
-def _zoo_dirs(model: str, draft: str | None, algorithm: str) -> dict:
+def zoo_dirs(model: str, draft: str | None, algorithm: str) -> dict:
+    """SGLang needs directories: a zoo name becomes its target's (and the algorithm's draft part's)."""
     parts = resolve(model)
     out = {"model": str(parts["target"]) if isinstance(parts, dict) else model}
     if draft:

@@ -178,10 +178,17 @@ class Server:
             self.pid_file.unlink(missing_ok=True)
             _LIVE.pop(self.pid, None)
 
+    def probe(self, timeout: float = 5.0) -> bool:
+        """One look at /health_generate (with the API key): True once the server can generate."""
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        try:
+            return requests.get(self.url + HEALTH_PATH, headers=headers, timeout=timeout).status_code == 200
+        except requests.RequestException:
+            return False  # the port is not open yet
+
     def wait_healthy(self, timeout: float, progress: bool = True) -> None:
         """Poll /health_generate until 200; raise ServerError if the server exits or time runs out."""
         t0 = time.monotonic()
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         # mininterval: an SGLang start takes a minute or two; a notebook's captured output keeps every redraw
         with tqdm(total=round(timeout), unit="s", desc=f"starting {self.url}", disable=not progress, leave=False,
                   mininterval=5, bar_format="{desc}: {n:.0f}/{total:.0f} s") as bar:
@@ -192,12 +199,8 @@ class Server:
                 elapsed = time.monotonic() - t0
                 if elapsed > timeout:
                     raise ServerError(f"server not healthy after {timeout:.0f} s", self.log_path, self.log_tail())
-                try:
-                    r = requests.get(self.url + HEALTH_PATH, headers=headers, timeout=min(10.0, timeout - elapsed + 0.1))
-                    if r.status_code == 200:
-                        return
-                except requests.RequestException:
-                    pass  # the port is not open yet
+                if self.probe(min(10.0, timeout - elapsed + 0.1)):
+                    return
                 bar.update(min(timeout, time.monotonic() - t0) - bar.n)
                 time.sleep(0.05 if elapsed < 2 else 0.5)
 
@@ -213,12 +216,11 @@ def _stop_all() -> None:
 atexit.register(_stop_all)
 
 
-def launch(spec: LaunchConfig | ServerCommand, *, timeout: float = 600.0, env: dict[str, str] | None = None,
-           log_path: str | Path | None = None, grace: float = 15.0, progress: bool = True,
-           version: str | None = None) -> Server:
-    """Start a server and wait until it can generate; use as `with launch(cfg) as server:` or stop() it.
+def start(spec: LaunchConfig | ServerCommand, *, env: dict[str, str] | None = None,
+          log_path: str | Path | None = None, grace: float = 15.0, version: str | None = None) -> Server:
+    """Start a server without waiting for it (its session, log file and pid file); then `wait_healthy` or `probe`.
 
-    `env` is added to the server's environment (e.g. SGLANG_SIMULATE_ACC_LEN, SGLANG_RECORD_STEP_TIME).
+    `env` is added to the server's environment (e.g. SGLANG_SIMULATE_ACC_LEN, CUDA_VISIBLE_DEVICES).
     `version` picks the SGLang command-line spelling (default: the installed SGLang).
     """
     reap_stale()
@@ -245,6 +247,17 @@ def launch(spec: LaunchConfig | ServerCommand, *, timeout: float = 600.0, env: d
     pid_file.write_text(json.dumps({"pid": process.pid, "ticks": server.ticks, "owner": os.getpid(),
                                     "owner_ticks": start_ticks(os.getpid()), "argv": argv, "url": url,
                                     "log": str(log_path)}))
+    return server
+
+
+def launch(spec: LaunchConfig | ServerCommand, *, timeout: float = 600.0, env: dict[str, str] | None = None,
+           log_path: str | Path | None = None, grace: float = 15.0, progress: bool = True,
+           version: str | None = None) -> Server:
+    """Start a server and wait until it can generate; use as `with launch(cfg) as server:` or stop() it.
+
+    The arguments are start()'s, and `timeout` seconds for /health_generate to answer 200.
+    """
+    server = start(spec, env=env, log_path=log_path, grace=grace, version=version)
     try:
         server.wait_healthy(timeout, progress)
     except BaseException:  # a timeout, a crash, Ctrl-C: the server must not outlive the attempt
@@ -287,5 +300,5 @@ def _same_group(pid: int) -> bool:
         return False
 
 
-__all__ = ["HEALTH_PATH", "RUN_DIR_ENV", "Server", "ServerCommand", "ServerError", "free_port", "launch",
-           "pid_alive", "reap_stale", "run_dir", "session_members", "start_ticks"]
+__all__ = ["HEALTH_PATH", "RUN_DIR_ENV", "Server", "ServerCommand", "ServerError", "free_port", "kill_session", "launch",
+           "pid_alive", "reap_stale", "run_dir", "session_members", "start", "start_ticks"]

@@ -1,0 +1,338 @@
+"""A room: one server per student on one node, each on its own port with its own API key.
+
+The servers start together; the room waits until every one can generate, writes the CSV of
+name, URL and key to hand out, and then watches them until Ctrl-C, SIGTERM or `specdec room --stop`
+(which reads the state file: the room's pid and each server's process group) stops them all. A
+server that fails to start is reported with the end of its log, and the others are stopped.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import secrets
+import signal
+import string
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specdec.serving.gpu import Gpu, MemoryPlan, ServerNeeds, memory_plan
+from specdec.serving.launch import LaunchConfig
+from specdec.serving.lifecycle import (
+    Server,
+    ServerCommand,
+    ServerError,
+    kill_session,
+    pid_alive,
+    run_dir,
+    session_members,
+    start,
+    start_ticks,
+)
+from specdec.serving.preflight import port_free
+
+STATE_NAME = "room.json"
+CSV_FIELDS = ("name", "url", "key")
+
+
+class RoomError(RuntimeError):
+    """The room could not start or stop as asked (the message says which server and why)."""
+
+
+@dataclass(frozen=True)
+class Seat:
+    """One student's server: its name, what starts it (port and key inside), and its environment."""
+
+    name: str
+    spec: LaunchConfig | ServerCommand
+    env: dict[str, str] = field(default_factory=dict)
+    public_host: str | None = None  # the host name students use (the CSV), when it is not spec.host
+
+    @property
+    def url(self) -> str:
+        host = self.public_host or ("127.0.0.1" if self.spec.host in ("0.0.0.0", "::", "") else self.spec.host)
+        return f"http://{host}:{self.spec.port}"
+
+    @property
+    def key(self) -> str | None:
+        return self.spec.api_key
+
+
+# ----- planning: names, ports, keys, GPU memory ---------------------------------------------------------
+def seat_names(n: int) -> list[str]:
+    width = max(2, len(str(n)))
+    return [f"student-{i:0{width}d}" for i in range(1, n + 1)]
+
+
+KEY_ALPHABET = string.ascii_letters + string.digits
+
+
+def new_key(length: int = 24) -> str:
+    """Letters and digits only: a key starting with '-' would read as a flag on a server's command line."""
+    return "".join(secrets.choice(KEY_ALPHABET) for _ in range(length))
+
+
+def pick_ports(n: int, base: int, host: str = "127.0.0.1",
+               is_free: Callable[[int, str], bool] = port_free) -> tuple[list[int], list[int]]:
+    """The first n free ports from `base` up, and the busy ones skipped on the way."""
+    ports, skipped, port = [], [], base
+    while len(ports) < n:
+        if port > 65535:
+            raise RoomError(f"not enough free ports from {base} up: {len(ports)} found, {n} needed")
+        (ports if is_free(port, host) else skipped).append(port)
+        port += 1
+    return ports, skipped
+
+
+def pick_spaced_ports(n: int, start: int, stride: int = 16, host: str = "127.0.0.1",
+                      is_free: Callable[[int, str], bool] = port_free) -> list[int]:
+    """n ports from `start` up, `stride` apart, each free with the next few: SGLang's --nccl-port (torch.distributed's
+    rendezvous), where a server may also open a few ports just above it."""
+    ports, port = [], start
+    while len(ports) < n:
+        if port + stride > 65535:
+            raise RoomError(f"not enough free NCCL ports from {start} up: {len(ports)} found, {n} needed")
+        if all(is_free(p, host) for p in range(port, port + 4)):
+            ports.append(port)
+        port += stride
+    return ports
+
+
+def spread(n: int, gpus: list[Gpu]) -> list[Gpu]:
+    """The GPU of each of n seats, round robin."""
+    return [gpus[i % len(gpus)] for i in range(n)]
+
+
+def gpu_plans(n: int, gpus: list[Gpu], needs: ServerNeeds, headroom: float) -> dict[int, MemoryPlan]:
+    """Each GPU's plan for the seats it takes (MemoryPlanError if they do not fit)."""
+    counts: dict[int, int] = {}
+    for g in spread(n, gpus):
+        counts[g.index] = counts.get(g.index, 0) + 1
+    return {g.index: memory_plan(g.free_bytes, counts[g.index], needs, headroom) for g in gpus if g.index in counts}
+
+
+def sglang_seats(bases: list[LaunchConfig], names: list[str], ports: list[int], keys: list[str], gpus: list[Gpu],
+                 plans: dict[int, MemoryPlan], nccl_ports: list[int], public_host: str | None = None) -> list[Seat]:
+    """SGLang servers (`bases`: each seat's configuration): each on its GPU (CUDA_VISIBLE_DEVICES), with its
+    share of that GPU's memory.
+
+    Each gets its own --nccl-port too (pick_spaced_ports): left to itself SGLang draws one at random, and
+    servers that start together can draw the same one, or a port another seat is about to take.
+    """
+    seats = []
+    for base, name, port, nccl, key, g in zip(bases, names, ports, nccl_ports, keys, spread(len(names), gpus)):
+        plan = plans[g.index]
+        extra = ("--max-total-tokens", str(plan.max_total_tokens), "--nccl-port", str(nccl))
+        spec = base.replace(backend="sglang", port=port, api_key=key, mem_fraction_static=plan.mem_fraction_static,
+                            extra_args=(*base.extra_args, *extra))
+        seats.append(Seat(name, spec, {"CUDA_VISIBLE_DEVICES": g.uuid or str(g.index)}, public_host))
+    return seats
+
+
+def specdec_seats(bases: list[LaunchConfig], names: list[str], ports: list[int], keys: list[str],
+                  public_host: str | None = None) -> list[Seat]:
+    return [Seat(name, base.replace(backend="specdec", port=port, api_key=key), public_host=public_host)
+            for base, name, port, key in zip(bases, names, ports, keys)]
+
+
+# ----- the state file: what --stop needs to find every process -------------------------------------------
+def state_path(path: str | Path | None = None) -> Path:
+    return Path(path) if path else run_dir() / STATE_NAME
+
+
+def write_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)  # --stop never reads half a file
+
+
+def read_state(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise RoomError(f"{path}: unreadable room state ({exc}); remove it once no room server runs") from None
+
+
+def room_running(state: dict) -> bool:
+    """The room process that wrote `state` still runs (its pid, started when it says)."""
+    pid, ticks = state.get("pid"), state.get("ticks")
+    return bool(pid) and pid_alive(pid) and start_ticks(pid) == ticks
+
+
+def write_csv(path: Path, seats: list[Seat]) -> None:
+    with open(path, "w", newline="") as f:
+        os.chmod(path, 0o600)  # the keys are in it
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(CSV_FIELDS)
+        for s in seats:
+            w.writerow([s.name, s.url, s.key or ""])
+
+
+# ----- the room ----------------------------------------------------------------------------------------
+class Room:
+    """Start every seat, wait for all, watch them, stop them all; the state file lists the process groups."""
+
+    def __init__(self, seats: list[Seat], state: str | Path | None = None, grace: float = 15.0,
+                 report: Callable[[str], None] = print, version: str | None = None):
+        if not seats:
+            raise RoomError("a room needs at least one seat")
+        self.seats, self.grace, self.report, self.version = seats, grace, report, version
+        self.state = state_path(state)
+        self.servers: dict[str, Server] = {}
+        self.owns_state = False  # set once this room has written the state file (never remove another room's)
+        self.logs = run_dir() / f"room-{time.strftime('%Y%m%d-%H%M%S')}"
+
+    def __enter__(self) -> Room:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def claim(self) -> None:
+        """Refuse a second live room on the same state file; a dead one's file is replaced."""
+        old = read_state(self.state)
+        if old and room_running(old):
+            raise RoomError(f"a room is already running (pid {old['pid']}, state {self.state}): "
+                            "`specdec room --stop` first, or give this one its own --state")
+        if old:
+            stop_servers(old, 5.0)  # its room died without stopping them
+
+    def start(self) -> None:
+        """Start every server at once (each start takes its own time; none waits for another)."""
+        self.claim()
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self._save()
+        for seat in self.seats:
+            try:
+                self.servers[seat.name] = start(seat.spec, env=seat.env, log_path=self.logs / f"{seat.name}.log",
+                                                grace=self.grace, version=self.version)
+            except ServerError as exc:
+                raise RoomError(f"{seat.name}: {exc}") from None
+            self._save()
+
+    def _save(self) -> None:
+        self.state.parent.mkdir(parents=True, exist_ok=True)
+        servers = [{"name": n, "url": s.url, "pid": s.pid, "ticks": s.ticks, "log": str(s.log_path)}
+                   for n, s in self.servers.items()]
+        self.owns_state = True
+        write_json(self.state, {"pid": os.getpid(), "ticks": start_ticks(os.getpid()), "logs": str(self.logs),
+                                "servers": servers})
+
+    def wait_healthy(self, timeout: float, every: float = 10.0) -> float:
+        """Until every server can generate; RoomError (with its log's last lines) if one exits or time runs out."""
+        t0 = last = time.monotonic()
+        waiting = [s.name for s in self.seats]
+        self.report(f"starting {len(waiting)} servers (logs in {self.logs})")
+        while waiting:
+            for name in list(waiting):
+                server = self.servers[name]
+                if not server.alive():
+                    raise RoomError(f"{name} ({server.url}) exited with status {server.process.returncode} before it "
+                                    f"was healthy; log {server.log_path}; last lines:\n{server.log_tail(15)}")
+                if server.probe(timeout=5.0):
+                    waiting.remove(name)
+                    self.report(f"  {name} ready at {server.url} ({time.monotonic() - t0:.0f} s; "
+                                f"{len(self.seats) - len(waiting)}/{len(self.seats)})")
+            now = time.monotonic()
+            if waiting and now - t0 > timeout:
+                tails = "\n".join(f"--- {n}: {self.servers[n].log_path}\n{self.servers[n].log_tail(5)}" for n in waiting)
+                raise RoomError(f"not healthy after {timeout:.0f} s: {', '.join(waiting)}\n{tails}")
+            if waiting and now - last >= every:
+                self.report(f"  waiting for {len(waiting)}: {', '.join(waiting[:6])}{' ...' if len(waiting) > 6 else ''} "
+                            f"({now - t0:.0f} s)")
+                last = now
+            if waiting:
+                time.sleep(0.25)
+        return time.monotonic() - t0
+
+    def watch(self, every: float = 1.0) -> None:
+        """Report a server that dies (the others keep serving) until interrupted."""
+        dead: set[str] = set()
+        while True:
+            for name, server in self.servers.items():
+                if name not in dead and not server.alive():
+                    dead.add(name)
+                    self.report(f"{name} ({server.url}) exited with status {server.process.returncode}; log "
+                                f"{server.log_path}; the others keep serving")
+            time.sleep(every)
+
+    def stop(self) -> None:
+        """Stop every server (SIGTERM, then SIGKILL after the grace period) and remove the state file."""
+        # a second Ctrl-C must not cut the stopping short
+        old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)} if _main_thread() else {}
+        try:
+            stopping = [threading.Thread(target=s.stop) for s in self.servers.values()]  # all at once: one grace period
+            for th in stopping:
+                th.start()
+            for th in stopping:
+                th.join()
+            left = [n for n, s in self.servers.items() if not s.stopped]
+            if not left and self.owns_state:
+                self.state.unlink(missing_ok=True)
+        finally:
+            for s, handler in old.items():
+                signal.signal(s, handler)
+        if left:
+            raise RoomError(f"could not stop {', '.join(left)}; `specdec room --stop` tries again")
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def stop_servers(state: dict, grace: float) -> list[str]:
+    """Kill what is left of each server in `state` (only processes started as it records); the names stopped."""
+    stopped = []
+    for s in state.get("servers", []):
+        pid, ticks = s.get("pid"), s.get("ticks")
+        if pid and session_members(pid, ticks) and start_ticks(pid) in (None, ticks):
+            kill_session(pid, grace, ticks)
+            stopped.append(s.get("name", str(pid)))
+    return stopped
+
+
+def stop_room(path: str | Path | None = None, grace: float = 15.0, wait: float = 60.0) -> str:
+    """`specdec room --stop`: SIGTERM to the room (it stops its servers), then kill what is left; one line."""
+    path = state_path(path)
+    state = read_state(path)
+    if state is None:
+        return f"no room is running (no state file at {path})"
+    if room_running(state):
+        os.kill(state["pid"], signal.SIGTERM)
+        deadline = time.monotonic() + wait
+        while room_running(state) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if room_running(state):  # stuck: its servers are killed below all the same
+            os.kill(state["pid"], signal.SIGKILL)
+    left = stop_servers(state, grace)
+    path.unlink(missing_ok=True)
+    n = len(state.get("servers", []))
+    extra = f"; killed {', '.join(left)} directly" if left else ""
+    return f"room stopped: {n} server(s){extra}"
+
+
+__all__ = [
+    "CSV_FIELDS",
+    "Room",
+    "RoomError",
+    "Seat",
+    "gpu_plans",
+    "new_key",
+    "pick_ports",
+    "pick_spaced_ports",
+    "read_state",
+    "seat_names",
+    "sglang_seats",
+    "specdec_seats",
+    "spread",
+    "state_path",
+    "stop_room",
+    "stop_servers",
+    "write_csv",
+]

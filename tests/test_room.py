@@ -1,0 +1,247 @@
+"""`specdec room`: N servers for a class, a CSV of name,url,key, and no process left behind by --stop,
+Ctrl-C, a server that fails to start, or a room that died.
+
+The command runs as a real class would run it, with `specdec serve` on the tiny zoo (one CPU thread
+each); the failure paths use the stand-in server of tests/fixtures, which starts in milliseconds.
+Processes are checked in /proc: a server's whole session (it and anything it started) must be gone.
+"""
+
+import csv
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+from test_launch_lifecycle import STANDIN
+
+import specdec.cli.room as verb
+from specdec.cli import main
+from specdec.serving.gpu import GIB, MIB, Gpu, ServerNeeds
+from specdec.serving.launch import LaunchConfig
+from specdec.serving.lifecycle import RUN_DIR_ENV, ServerCommand, pid_alive, session_members
+from specdec.serving.room import (
+    Room,
+    RoomError,
+    Seat,
+    gpu_plans,
+    new_key,
+    pick_ports,
+    pick_spaced_ports,
+    read_state,
+    seat_names,
+    sglang_seats,
+    specdec_seats,
+    stop_room,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+GENERATE = {"text": "def main(", "sampling_params": {"max_new_tokens": 4, "temperature": 0}}
+
+
+@pytest.fixture(autouse=True)
+def run_dir(tmp_path, monkeypatch):
+    d = tmp_path / "run"
+    monkeypatch.setenv(RUN_DIR_ENV, str(d))  # logs, pid files and the room's state of this test only
+    return d
+
+
+def gone(pids, within: float = 10.0) -> list[int]:
+    """The pids still running after `within` seconds (zombies count as gone)."""
+    deadline = time.monotonic() + within
+    while any(map(pid_alive, pids)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [p for p in pids if pid_alive(p)]
+
+
+def sessions(state: dict) -> list[int]:
+    """Every live process of the room's servers' sessions."""
+    return [p for s in state["servers"] for p in session_members(s["pid"])]
+
+
+# ----- planning ----------------------------------------------------------------------------------------
+def test_names_keys_and_ports():
+    assert seat_names(3) == ["student-01", "student-02", "student-03"] and seat_names(120)[0] == "student-001"
+    keys = {new_key() for _ in range(1000)}
+    assert len(keys) == 1000 and all(len(k) == 24 and k.isascii() and k.isalnum() for k in keys)  # never "-..."
+    ports, skipped = pick_ports(3, 30000, is_free=lambda p, host: p not in (30001, 30002))
+    assert ports == [30000, 30003, 30004] and skipped == [30001, 30002]
+    with pytest.raises(RoomError, match="not enough free ports"):
+        pick_ports(2, 65535, is_free=lambda p, host: True)
+
+
+def test_sglang_seats_share_the_gpus_and_carry_their_keys():
+    gpus = [Gpu(0, "H200", 143 * GIB, 140 * GIB, "GPU-a"), Gpu(1, "H200", 143 * GIB, 70 * GIB, "GPU-b")]
+    needs = ServerNeeds(11 * MIB, 2560)
+    plans = gpu_plans(5, gpus, needs, 0.2)
+    assert {i: p.servers for i, p in plans.items()} == {0: 3, 1: 2}
+    base = LaunchConfig("/zoo/tiny/target", "NEXTN", num_steps=3, topk=1, num_draft_tokens=4, backend="sglang",
+                        attention_backend="triton", cuda_graph_max_bs=16)
+    names, ports, keys = seat_names(5), list(range(30000, 30005)), [new_key() for _ in range(5)]
+    seats = sglang_seats([base] * 5, names, ports, keys, gpus, plans, list(range(30005, 30010)))
+    assert [s.env["CUDA_VISIBLE_DEVICES"] for s in seats] == ["GPU-a", "GPU-b", "GPU-a", "GPU-b", "GPU-a"]
+    argv = seats[1].spec.command("0.5.16")
+    flag = {a: argv[i + 1] for i, a in enumerate(argv[:-1]) if a.startswith("--")}
+    assert flag["--port"] == "30001" and flag["--api-key"] == keys[1] and flag["--speculative-algorithm"] == "NEXTN"
+    assert flag["--nccl-port"] == "30006" and flag["--attention-backend"] == "triton"
+    assert flag["--mem-fraction-static"] == "0.8" and int(flag["--max-total-tokens"]) == plans[1].max_total_tokens
+    assert plans[1].max_total_tokens == (int(70 * GIB * 0.8 / 2) - 11 * MIB) // 2560
+    assert seats[1].url == "http://127.0.0.1:30001"
+    cpu = specdec_seats([LaunchConfig("tiny", backend="specdec", host="0.0.0.0")], names[:1], ports[:1], keys[:1], "node7")
+    assert cpu[0].url == "http://node7:30000" and cpu[0].spec.command()[-2:] == ["--api-key", keys[0]]
+
+
+# ----- the room as a class runs it -----------------------------------------------------------------------
+def start_room(tmp_path, *args) -> tuple[subprocess.Popen, Path, Path]:
+    csv_path, state = tmp_path / "room.csv", tmp_path / "room.json"
+    room = subprocess.Popen([sys.executable, "-m", "specdec", "room", "--engine", "specdec", "--out", str(csv_path),
+                             "--state", str(state), "--grace", "5", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    deadline = time.monotonic() + 120
+    while not csv_path.exists():
+        if room.poll() is not None or time.monotonic() > deadline:
+            room.kill()
+            pytest.fail(f"the room did not start:\n{room.communicate()[0]}")
+        time.sleep(0.1)
+    return room, csv_path, state
+
+
+def specdec_cli(*args, timeout=120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "specdec", *args], capture_output=True, text=True, check=False, cwd=ROOT,
+                          timeout=timeout)
+
+
+@pytest.mark.slow
+def test_a_room_of_four_serves_each_student_with_its_key_and_stop_leaves_nothing(tmp_path):
+    room, csv_path, state_file = start_room(tmp_path, "--students", "4", "--port-base", "31500")
+    try:
+        rows = list(csv.DictReader(csv_path.open()))
+        assert [r["name"] for r in rows] == ["student-01", "student-02", "student-03", "student-04"]
+        assert len({r["url"] for r in rows}) == 4 and len({r["key"] for r in rows}) == 4
+        assert csv_path.read_text().splitlines()[0] == "name,url,key" and oct(csv_path.stat().st_mode)[-3:] == "600"
+        for r in rows:
+            ok = requests.post(r["url"] + "/generate", json=GENERATE, headers={"Authorization": f"Bearer {r['key']}"},
+                               timeout=60)
+            assert ok.status_code == 200 and ok.json()["meta_info"]["completion_tokens"] == 4
+            assert requests.post(r["url"] + "/generate", json=GENERATE, timeout=60).status_code == 401
+        other = {"Authorization": f"Bearer {rows[1]['key']}"}  # a neighbour's key does not open this one
+        assert requests.post(rows[0]["url"] + "/generate", json=GENERATE, headers=other, timeout=60).status_code == 401
+
+        state = read_state(state_file)
+        assert state["pid"] == room.pid and [s["url"] for s in state["servers"]] == [r["url"] for r in rows]
+        pids = sessions(state)
+        assert len(pids) >= 4
+
+        with pytest.raises(RoomError, match="a room is already running"), Room(
+                specdec_seats([LaunchConfig("tiny", backend="specdec")], ["x"], [31599], ["k"]), state_file) as second:
+            second.start()
+        assert read_state(state_file) == state  # the refused room left the running one's state alone
+
+        stop = specdec_cli("room", "--stop", "--state", str(state_file))  # from another process, as from another shell
+        assert stop.returncode == 0 and "room stopped: 4 server(s)" in stop.stdout, stop.stdout + stop.stderr
+        assert room.wait(timeout=30) == 0
+        assert gone(pids + [room.pid]) == []
+        assert not state_file.exists()
+        assert "room stopped" in room.stdout.read()
+    finally:
+        if room.poll() is None:
+            room.kill()
+            stop_room(state_file)
+    assert stop_room(state_file) == f"no room is running (no state file at {state_file})"
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_room_and_leaves_no_process(tmp_path):
+    room, _, state_file = start_room(tmp_path, "--students", "2", "--port-base", "31600")
+    pids = sessions(read_state(state_file))
+    room.send_signal(signal.SIGINT)  # what Ctrl-C in the room's terminal sends it
+    assert room.wait(timeout=30) == 0
+    assert gone(pids) == [] and not state_file.exists()
+    assert "stopping the room" in room.stdout.read()
+
+
+def test_a_server_that_fails_to_start_is_named_and_the_others_are_stopped(tmp_path):
+    def standin(port, *options):
+        return ServerCommand((sys.executable, str(STANDIN), "--port", "{port}", *options), port=port, api_key="k")
+
+    seats = [Seat(f"student-0{i + 1}", standin(31700 + i, "--spawn-child", "--api-key", "k")) for i in range(3)]
+    seats.append(Seat("student-04", standin(31703, "--startup-delay", "60", "--crash-after", "1")))
+    lines = []
+    with pytest.raises(RoomError) as err, Room(seats, tmp_path / "room.json", grace=2, report=lines.append) as room:
+        room.start()
+        state = read_state(tmp_path / "room.json")
+        room.wait_healthy(timeout=60)
+    message = str(err.value)
+    assert message.startswith("student-04 (http://127.0.0.1:31703) exited with status 3 before it was healthy")
+    assert "fatal error while loading the model" in message and "student-04.log" in message
+    assert sum("ready at" in ln for ln in lines) == 3  # the others came up, and were stopped
+    assert gone(sessions(state)) == [] and not (tmp_path / "room.json").exists()
+
+
+@pytest.mark.slow
+def test_the_command_reports_a_server_that_cannot_start(tmp_path):
+    r = specdec_cli("room", "--students", "2", "--engine", "specdec", "--model", str(tmp_path / "no-model"),
+                    "--out", str(tmp_path / "room.csv"), "--state", str(tmp_path / "room.json"), "--port-base", "31800")
+    assert r.returncode == 1
+    assert "exited with status 2 before it was healthy" in r.stderr and "no-model" in r.stderr, r.stderr
+    assert "stopping the other servers" in r.stdout
+    assert not (tmp_path / "room.csv").exists() and not (tmp_path / "room.json").exists()
+    assert not list((tmp_path / "run").glob("*.json"))  # no pid file left: every server was stopped
+
+
+def test_stop_kills_the_servers_of_a_room_that_died(tmp_path):
+    seats = [Seat(f"student-0{i + 1}", ServerCommand((sys.executable, str(STANDIN), "--port", "{port}", "--spawn-child"),
+                                                    port=31900 + i)) for i in range(2)]
+    room = Room(seats, tmp_path / "room.json", report=lambda _: None)
+    room.start()
+    room.wait_healthy(timeout=30)
+    state = read_state(tmp_path / "room.json")
+    pids = sessions(state)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    state["pid"] = dead.pid  # as if the room had been killed with SIGKILL: nobody will stop its servers
+    (tmp_path / "room.json").write_text(json.dumps(state))
+    assert stop_room(tmp_path / "room.json", grace=2) == "room stopped: 2 server(s); killed student-01, student-02 directly"
+    assert gone(pids) == [] and not (tmp_path / "room.json").exists()
+    room.stop()  # nothing left to stop: harmless
+
+
+def test_the_sglang_plan_on_a_gpu_node_without_one(monkeypatch, capsys):
+    """The command's SGLang path, planned against the facts of an H200 with the offline pack (no FA3)."""
+    monkeypatch.setattr(verb, "query_gpus", lambda: [Gpu(0, "NVIDIA H200", 143 * GIB, 140 * GIB, "GPU-a")])
+    monkeypatch.setattr(verb, "fa3_present", lambda: False)
+    assert main(["room", "--students", "3", "--engine", "sglang", "--algorithm", "EAGLE", "--port-base", "32000",
+                 "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    lines = [ln for ln in out.splitlines() if ln.startswith("student-")]
+    assert len(lines) == 3 and "--attention-backend triton" in out and "3 server(s) on 140.0 GiB free" in out
+    for ln in lines:
+        assert "CUDA_VISIBLE_DEVICES=GPU-a" in ln and "sglang.launch_server" in ln and "--api-key" in ln
+        assert "--speculative-draft-model-path" in ln and ln.split("--speculative-draft-model-path ")[1].split()[0].endswith(
+            "tiny/eagle")
+        assert "--mem-fraction-static 0.8" in ln and "--max-total-tokens" in ln and "--nccl-port" in ln
+    monkeypatch.setattr(verb, "query_gpus", list)
+    assert main(["room", "--students", "3", "--engine", "sglang", "--dry-run"]) == 2
+    assert "needs a GPU, and none is visible" in capsys.readouterr().err
+
+
+def test_several_algorithms_give_each_student_a_server_of_each_with_one_key(capsys):
+    assert main(["room", "--students", "2", "--engine", "specdec", "--algorithm", "none,NEXTN", "--num-steps", "3",
+                 "--topk", "1", "--num-draft-tokens", "4", "--port-base", "32100", "--dry-run"]) == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("student-")]
+    names = [ln.split()[0] for ln in lines]
+    assert names == ["student-01-plain", "student-01-nextn", "student-02-plain", "student-02-nextn"]
+    keys = [ln.split("--api-key ")[1].split()[0] for ln in lines]
+    assert keys[0] == keys[1] != keys[2] == keys[3]
+    assert "--k 3" in lines[1] and "--k" not in lines[0]  # the plain server takes none of the chain settings
+    assert main(["room", "--students", "2", "--engine", "specdec", "--algorithm", "none,plain", "--dry-run"]) == 2
+    assert "distinct" in capsys.readouterr().err
+
+
+def test_nccl_ports_are_spaced_and_skip_busy_windows():
+    busy = {31016, 31034}
+    ports = pick_spaced_ports(3, 31000, stride=16, is_free=lambda p, host: p not in busy)
+    assert ports == [31000, 31048, 31064]  # 31016 is busy, 31032's window holds 31034
