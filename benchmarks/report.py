@@ -304,6 +304,10 @@ student decodes with in Lab 2 is the one SGLang serves in Lab 3. With a 4.9M-par
 most of what its accepted drafts save: {pays(rows, 6, "c=1")}; {pays(rows, 8, "c=16")}. Section 10 shows the same algorithms where a step reads gigabytes.
 Real responses of these servers are test fixtures (`tests/fixtures/sglang/real_0516_zoo.json`, trimmed by
 `benchmarks/trim_sglang_fixtures.py`); the chat endpoint answered 400 because the zoo had no chat template, which it now ships.
+The Lab 3 lecture notebook ran end to end against real SGLang on the same kind of node (`benchmarks/gpu_lab3_notebook.sh`,
+log `benchmarks/logs/gpu_lab3_notebook.log`): the executed copy is `docs/lab3_gpu_run.html`. Its concurrency sweep then sent
+8 requests of 32 tokens per run, which lasts a fraction of a second on a GPU and measured mostly noise; the notebook's GPU path
+now sends 32 requests of 128 tokens per run (not re-run on a GPU since).
 """
 
 
