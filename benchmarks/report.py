@@ -162,6 +162,69 @@ clearly more than a plain step and a draft step about half of one, so of the tin
 """
 
 
+LOGS = {1: "cpu_membound.log", 2: "cpu_membound_2threads.log"}  # benchmarks/logs/, by thread count
+
+
+def membound_section(runs: list[dict]) -> str:
+    """Section 9 from benchmarks/cpu_membound.py's results (one file per thread count)."""
+    rows = []
+    for c in runs:
+        for key in ("memory_bound", "tiny_zoo_target"):
+            r, co = c[key], c[key]["costs"]
+            l3 = r["caches"].get("L3") or max(r["caches"].values(), default=0)
+            rows.append([("random weights, 8 layers" if key == "memory_bound" else "tiny zoo target"), c["threads"],
+                         round(r["weight_mb"]), r["weight_mb"] * 1e6 / l3 if l3 else None, r["floor"] * 1e3,
+                         co["plain"] * 1e3, co["verify"] * 1e3, co["verify"] / co["plain"], co["draft"] * 1e3,
+                         r["tau_formula"], r["tau_measured"], r["predicted"], r["predicted_measured_tau"], r["measured"],
+                         r["measured_over_predicted"], "yes" if r["identical"] else "NO"])
+    one = runs[0]
+    big, tiny = one["memory_bound"], one["tiny_zoo_target"]
+    ratio = big["measured_over_predicted"]
+    met = (big["alpha"] == 0.8 and big["k"] == 4 and one["threads"] == 1 and big["measured"] >= 1.5
+           and abs(ratio - 1) <= 0.10 and big["seconds"] < 60)
+    verdict = (f"**Goal {'met' if met else 'missed'}** (issue 11: at least 1.5x at alpha 0.8, k 4, within 10% of the "
+               f"prediction from measured costs, under a minute with one thread): {big['measured']:.2f}x measured, "
+               f"{big['predicted']:.2f}x predicted (measured / predicted {ratio:.2f}; {big['predicted_measured_tau']:.2f}x "
+               f"at the tau the run got), the large target's run {big['seconds']:.0f} s.")
+    threads = lambda c: f"{c['threads']} thread{'s' if c['threads'] > 1 else ''}"  # noqa: E731
+    meta = "; ".join(f"{threads(c)}: `{c['command']}`, {c['seconds']} s in all, load average "
+                     f"{c['load_average_before'][0]} before and {c['load_average_after'][0]} after" for c in runs)
+    logs = " and ".join(f"`benchmarks/logs/{LOGS[c['threads']]}` ({threads(c)})" for c in runs)
+    more = ""
+    for c in runs[1:]:
+        b = c["memory_bound"]
+        more += (f" With {threads(c)} (load average {b['load_average'][0]:.2f}), the large target's plain step took "
+                 f"{b['costs']['plain'] * 1e3:.1f} ms against {big['costs']['plain'] * 1e3:.1f} ms with one, its verify "
+                 f"{b['costs']['verify'] / b['costs']['plain']:.2f} plain steps, and the oracle's speedup was "
+                 f"{b['measured']:.2f}x: on a 2-core machine shared with other work, threads wait for each other.")
+    vb, vt = big["costs"]["verify"] / big["costs"]["plain"], tiny["costs"]["verify"] / tiny["costs"]["plain"]
+    cost_words = ("several positions are far from free even when the weights stream from memory" if vb >= 1.3 else
+                  "several positions cost little more than one when the weights stream from memory")
+    return f"""## 9. CPU: the oracle on a target too big for the caches
+
+{one['cpu']}, torch {one['torch']}, Python {one['python']}; batch 1, fp32, greedy, one random 8-token prompt,
+{big['new_tokens']} new tokens, plain and oracle runs interleaved, {big['repeats']} each. The target is
+`specdec.decoder.roofline.MEMORY_BOUND` with random weights (no files): a step reads {big['weight_mb']:.0f} MB of weights,
+{rows[0][3]:.0f}x the last-level cache ("x L3"); the tiny zoo's target ({tiny['weight_mb']:.0f} MB) runs the same way as the control.
+Step costs come from the engine's phase timer in the same runs (bookkeeping left out, as in the Lab 2 notebook); the prediction is
+Lab 1's `speedup_from_costs` with the formula's tau; "floor" is the time to stream the step's weights once (a sum
+over each). Runs: {meta}.
+
+{table(["target", "threads", "MB read per step", "x L3", "floor ms", "plain ms", "verify ms", "verify / plain",
+        "draft ms", "tau formula", "tau measured", "predicted", "predicted (measured tau)", "measured",
+        "measured / predicted", "identical to plain"], rows)}
+
+Script: `benchmarks/cpu_membound.py`; logs {logs}; `specdec tour` runs a shorter version of the same measurement.
+
+{verdict} A verify of k + 1 = {big['k'] + 1} positions cost {vb:.2f} plain steps on the large target and {vt:.2f} on
+the tiny one: on this CPU {cost_words} (the large target's verify ran its matrix products at
+{big['verify_gflops']:.0f} GFLOP/s). The oracle's drafts cost nothing, so its speedup is tau over that ratio:
+{tiny['measured']:.2f}x on the tiny target, {big['measured']:.2f}x on the large one. The tiny zoo's proposers (section 5)
+lose because their drafts cost a good part of a step of a target that small; `specdec tour` sets the MTP layer's
+drafting time beside a plain step of this large target.{more}
+"""
+
+
 def final_check_section() -> str:
     log = ROOT / "benchmarks" / "logs" / "gpu_final.log"
     if not log.is_file():
@@ -279,7 +342,7 @@ def gpu_lab3_zoo_section() -> str:
     ours = summ["lab2_decoder_mtp_k3"]
     nextn = summ["modes"]["nextn"]
     env = json.loads((d / "env.json").read_text())
-    return f"""## 9. Lab 3 on a real GPU: the tiny zoo in SGLang (H200, 2026-11-23)
+    return f"""## 10. Lab 3 on a real GPU: the tiny zoo in SGLang (H200, 2026-11-23)
 
 `benchmarks/gpu_lab3.py zoo` (log `benchmarks/logs/gpu_lab3_zoo.log`, results `benchmarks/results/gpu_lab3/zoo/`, server logs
 `benchmarks/logs/gpu_lab3_server_logs.tgz`) on {env["nvidia_smi"].split(",")[0]}, SGLang {env["sglang"]} from the offline pack,
@@ -301,7 +364,7 @@ same run on the same GPU) emits {ours["torch.bfloat16"]["sglang_accept_length_we
 {", ".join(f'{x["sglang_accept_length"]:.2f}' for x in ours["torch.bfloat16"]["per_request"])} in bf16). The MTP layer a
 student decodes with in Lab 2 is the one SGLang serves in Lab 3. With a 4.9M-parameter target a plain step costs about
 {rows[0][-2]:.1f} ms at batch 1, bound by kernel launches rather than by reading weights, so a speculative step's extra launches eat
-most of what its accepted drafts save: {pays(rows, 6, "c=1")}; {pays(rows, 8, "c=16")}. Section 10 shows the same algorithms where a step reads gigabytes.
+most of what its accepted drafts save: {pays(rows, 6, "c=1")}; {pays(rows, 8, "c=16")}. Section 11 shows the same algorithms where a step reads gigabytes.
 Real responses of these servers are test fixtures (`tests/fixtures/sglang/real_0516_zoo.json`, trimmed by
 `benchmarks/trim_sglang_fixtures.py`); the chat endpoint answered 400 because the zoo had no chat template, which it now ships.
 The Lab 3 lecture notebook ran end to end against real SGLang on the same kind of node (`benchmarks/gpu_lab3_notebook.sh`,
@@ -333,7 +396,7 @@ def gpu_lab3_where_section() -> str:
     tp = summ["tpot_512"]
     ref = "2.5" if "2.5" in cmps else next(iter(cmps))
     costs = cmps[ref]["step_costs"]
-    return f"""## 10. Where speculation pays: an 8B-shaped target in SGLang (H200, 2026-11-23)
+    return f"""## 11. Where speculation pays: an 8B-shaped target in SGLang (H200, 2026-11-23)
 
 `benchmarks/gpu_lab3.py where` (log `benchmarks/logs/gpu_lab3_where.log`, results `benchmarks/results/gpu_lab3/where/`): a
 Llama-3.1-8B-shaped target (32 layers, hidden 4096, 8 KV heads, vocabulary 128256) and a one-layer EAGLE head of the same width,
@@ -401,7 +464,7 @@ def plot_where(out: Path) -> Path | None:
 
 
 def floor_section() -> str:
-    """Issue 11's side-by-side: our step against the bandwidth floor and against SGLang (section 10's run)."""
+    """Issue 11's side-by-side: our step against the bandwidth floor and against SGLang (section 11's run)."""
     f = load("gpu_floor.json")
     where = RES / "gpu_lab3" / "where" / "summary.json"
     if not f or not where.is_file():
@@ -445,13 +508,13 @@ def floor_section() -> str:
     env = f["env"]
     bw = f["sections"]["bandwidth"][0]["copy_Bps"] / 1e12
     prof = f["sections"].get("profile", [{}])[0]
-    return f"""## 11. The Lab 2 decoder against the bandwidth floor and SGLang (H200, 2026-11-23)
+    return f"""## 12. The Lab 2 decoder against the bandwidth floor and SGLang (H200, 2026-11-23)
 
 `benchmarks/gpu_floor.py` (log `benchmarks/logs/gpu_floor.log`, results `benchmarks/results/gpu_floor.json`) on {env["device"]},
 torch {env["torch"]}, {env["dtype"].removeprefix("torch.")} random weights built on the GPU, {env["context"]} tokens of context, the
 engine's own CUDA graphs (attention over the live prefix's power-of-two bucket, here 1024 slots), with and without
 torch.compile inside the graph. Floor = (weight bytes + live KV bytes) / the measured device copy rate ({bw:.2f} TB/s).
-SGLang's batch-1 time per token is section 10's (same config shapes, same day, same kind of GPU, an earlier machine).
+SGLang's batch-1 time per token is section 11's (same config shapes, same day, same kind of GPU, an earlier machine).
 
 {table(["shape", "floor ms", "our step ms (graphs)", "x floor", "compiled ms", "x floor", "SGLang TPOT ms", "our speed / SGLang's", "cache 4096 vs 1024"], rows)}
 
@@ -461,7 +524,7 @@ Verify steps (graphs, no compile), as multiples of the plain step at the same ba
 
 The whole loop at batch 1, {env["new_tokens"]} new tokens (decode tokens/s; "outside" = time per step outside the graphs, as a share
 of the step); the oracle proposer with k = {env["k"]} at the alpha that gives SGLang's simulated accept length, against SGLang's
-EAGLE server at concurrency 1 (section 10):
+EAGLE server at concurrency 1 (section 11):
 
 {table(["shape", "method", "tokens/s", "tau", "outside the graphs", "SGLang tokens/s c=1"], lrow)}
 
@@ -481,9 +544,9 @@ and no device time was left to repeat it; the next step is that profile.
 def render() -> str:
     parts = ["# Measured results\n\nEvery number below is read from `benchmarks/results/*.json`, written by the scripts named in "
              "each section, and this page is generated from them by `python benchmarks/report.py`. The GPU runs were made on "
-             "2026-11-21 on one NVIDIA H200 (torch 2.11.0+cu130, Python 3.12), sections 7, 9 and 10 on 2026-11-23; the CPU runs on the 2-core "
+             "2026-11-21 on one NVIDIA H200 (torch 2.11.0+cu130, Python 3.12), sections 7, 10, 11 and 12 on 2026-11-23; the CPU runs on the 2-core "
              "development machine. The GPU sections measured the MTP layer as first trained; the shipped layer was retrained "
-             "on 2026-11-23 (`docs/zoo.md`), after section 7's run; section 9 serves the retrained layer.\n"]
+             "on 2026-11-23 (`docs/zoo.md`), after section 7's run; section 10 serves the retrained layer.\n"]
     if (lat := load("latency.json")):
         parts.append(latency_section(lat))
     if (o := load("oracle.json")):
@@ -496,6 +559,9 @@ def render() -> str:
     parts.append(final_check_section())
     parts.append(engine_check_section())
     parts.append(serve_section())
+    membound = [r for r in (load("cpu_membound.json"), load("cpu_membound_2threads.json")) if r]
+    if membound:
+        parts.append(membound_section(membound))
     parts.append(gpu_lab3_zoo_section())
     parts.append(gpu_lab3_where_section())
     parts.append(floor_section())

@@ -1,9 +1,12 @@
 """`specdec tour`: both labs' sections print and their plots are written."""
 
+import argparse
 import os
 import re
 import subprocess
 import sys
+
+from specdec.cli import tour
 
 LAB1_PLOTS = ["lab1_tokens_per_step_vs_k.png", "lab1_speedup_vs_k.png", "lab1_accept_length_histogram.png",
               "lab1_montecarlo_vs_formula.png"]
@@ -30,5 +33,17 @@ def test_tour_prints_both_labs_and_writes_plots(tmp_path):
     assert re.search(r"\d+\.\d\dx", rows["EAGLE head"])  # a measured speedup
     speedups = [float(re.search(r"(\d+\.\d\d)x", rows[m]).group(1)) for m in rows if m != "plain"]
     # the reason is printed exactly when speculation lost somewhere, with the measured step costs
-    assert ("why" in lab2 and "plain steps on this CPU" in lab2) == any(s < 1 for s in speedups), lab2
+    zoo = lab2[:lab2.index("== Lab 2 on a target too big")]
+    assert ("why" in zoo and "plain steps on this CPU" in zoo) == any(s < 1 for s in speedups), lab2
     assert "load average" in lab2 and "thread(s)" in lab2
+    # then the oracle on a target too big for the caches: measured beside Lab 1's prediction, lossless
+    bound = lab2[lab2.index("== Lab 2 on a target too big"):]
+    m = re.search(r"speedup measured (\d+\.\d\d)x, predicted (\d+\.\d\d)x", bound)
+    assert m and float(m.group(1)) > 0 and float(m.group(2)) > 0, bound
+    assert "same tokens as plain: yes" in bound and "plain steps" in bound, bound
+
+
+def test_tour_can_skip_the_memory_bound_run():
+    parser = argparse.ArgumentParser()
+    tour.add_arguments(parser)
+    assert parser.parse_args(["--no-memory-bound"]).no_memory_bound and not parser.parse_args([]).no_memory_bound

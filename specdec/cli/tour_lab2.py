@@ -1,4 +1,5 @@
-"""`specdec tour`, Lab 2: the tiny zoo decodes one code prompt plainly and with every proposer.
+"""`specdec tour`, Lab 2: the tiny zoo decodes one code prompt plainly and with every proposer; then
+a random-weight target too big for the CPU's caches decodes plainly and with the oracle proposer.
 
 Each speculative output is checked token for token against plain decoding (greedy, fp32), and
 tokens/s of every method is measured in this run, so the speedups are this machine's.
@@ -7,6 +8,7 @@ tokens/s of every method is measured in this run, so the speedups are this machi
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -15,6 +17,7 @@ import torch
 from specdec.cli.common import busy_warning, machine
 from specdec.decoder.engine import METHODS as LABELS
 from specdec.decoder.engine import Engine
+from specdec.decoder.roofline import StepCosts, memory_bound_run, read_floor
 from specdec.zoo import load_bundle
 from specdec.zoo.evaluate import line_prompt, trained_tokenizer
 from specdec.zoo.report import table
@@ -24,6 +27,8 @@ PROMPT_TEXT = ("def parse_args(argv=None):\n    import argparse\n    parser = ar
                "    return parser.parse_args(argv)\n")
 PROMPT_LINES = 3
 K, NEW_TOKENS, REPEATS = 4, 64, 5
+# The memory-bound run: fewer tokens than benchmarks/cpu_membound.py, to keep the tour short.
+MEMORY_BOUND_TOKENS, MEMORY_BOUND_REPEATS = 96, 2
 
 
 def _plot(outdir: Path, rows: list[dict]) -> Path:
@@ -45,8 +50,9 @@ def _plot(outdir: Path, rows: list[dict]) -> Path:
     return path
 
 
-def tour_lab2(outdir: str | Path = "tour-output", threads: int = 1) -> str:
-    """Decode PROMPT with plain decoding and each proposer (k = 4, batch 1); print and return the table."""
+def tour_lab2(outdir: str | Path = "tour-output", threads: int = 1, memory_bound: bool = True) -> str:
+    """Decode PROMPT with plain decoding and each proposer (k = 4, batch 1); print and return the table.
+    `memory_bound`: then the oracle on a target too big for the CPU's caches (a 428 MB model)."""
 
     torch.set_num_threads(threads)
     t0 = time.perf_counter()
@@ -63,7 +69,7 @@ def tour_lab2(outdir: str | Path = "tour-output", threads: int = 1) -> str:
     runs: dict[str, list] = {m: [] for m in methods}
     for _ in range(REPEATS):  # interleaved, so that a slower moment of the machine hits every method
         for m in methods:
-            runs[m].append(engines[m].generate(prompt, max_new_tokens=NEW_TOKENS))
+            runs[m].append(engines[m].generate(prompt, max_new_tokens=NEW_TOKENS, profile=True))  # no syncs on a CPU
     plain_tps = statistics.median(r.tokens_per_s for r in runs["ar"])
     plain_tokens = runs["ar"][0].tokens
     rows = []
@@ -82,20 +88,50 @@ def tour_lab2(outdir: str | Path = "tour-output", threads: int = 1) -> str:
                      r["steps"], f"{r['tokens_per_s']:.0f}", f"{r['speedup']:.2f}x", "yes" if r["identical"] else "NO"]
                     for r in rows]),
              "continuation (plain): " + repr(tok.decode(plain_tokens[0]))]
-    step_ms = {r["method"]: 1e3 * len(plain_tokens[0]) / r["tokens_per_s"] / r["steps"] for r in rows}
+    costs = {m: StepCosts.measured(runs["ar"], runs[m]) for m in methods[1:]}  # seconds per step, in this run
+    in_plain_steps = {m: (K * c.draft / c.plain, c.verify / c.plain) for m, c in costs.items()}  # drafts, verify
     slower = [r for r in rows[1:] if r["speedup"] < 1]
     if slower:  # say why at once: this is the first thing a newcomer sees
-        costs = ", ".join(f"{LABELS[r['method']]} {step_ms[r['method']] / step_ms['ar']:.1f}" for r in rows[1:])
-        lines.append(f"why {len(slower)} of {len(rows) - 1} are slower here: one speculative step (k drafts, then a verify "
-                     f"of k + 1 positions) cost this many plain steps on this CPU: {costs}. A tiny model in a CPU's cache "
-                     "is bound by arithmetic, not by reading its weights, so k + 1 positions cost more than one; on a "
-                     "memory-bound GPU they cost about the same and speculation pays (docs/results.md).")
+        split = ", ".join(f"{LABELS[m]} {d:.1f} + {v:.1f}" for m, (d, v) in in_plain_steps.items())
+        lines.append(f"why {len(slower)} of {len(rows) - 1} are slower here: one speculative step cost this many plain "
+                     f"steps on this CPU (k drafts + a verify of k + 1 positions): {split}. A plain step of this small "
+                     f"target takes {costs['mtp'].plain * 1e3:.1f} ms, of which streaming its weights takes "
+                     f"{read_floor(bundle.target) * 1e3:.1f} ms: it is not bound by reading its weights, so a draft "
+                     "module's step is not much cheaper and k + 1 positions cost more than one; on a memory-bound GPU "
+                     "they cost about the same and speculation pays (docs/results.md).")
     if warn := busy_warning():
         lines.append(warn)
     if not all(r["identical"] for r in rows):
         lines.append("WARNING: a speculative output differs from plain decoding: the decoder is not lossless here")
     lines.append(f"plot: {_plot(outdir, rows)}")
+    print("\n".join(lines), flush=True)
+    if memory_bound:
+        lines += _memory_bound(costs["mtp"], next(r["tau"] for r in rows if r["method"] == "mtp"))
     lines.append(f"(Lab 2 tour: {time.perf_counter() - t0:.1f} s)")
-    report = "\n".join(lines)
-    print(report)
-    return report
+    print(lines[-1])
+    return "\n".join(lines)
+
+
+def _memory_bound(mtp: StepCosts, mtp_tau: float) -> list[str]:
+    """The oracle on a random-weight target too big for the caches, set beside the tiny zoo's MTP layer
+    (its step costs and tau measured above)."""
+    head = ("== Lab 2 on a target too big for this CPU's caches: random weights, the oracle proposer (skip with "
+            "--no-memory-bound) ==")
+    print(head, flush=True)
+
+    def progress(step: str) -> None:  # one line on the terminal, rewritten in place
+        print(f"\r  memory-bound run: {step} ...".ljust(60), end="", file=sys.stderr, flush=True)
+
+    run = memory_bound_run(new_tokens=MEMORY_BOUND_TOKENS, repeats=MEMORY_BOUND_REPEATS, progress=progress)
+    print("\r" + " " * 60 + "\r", end="", file=sys.stderr, flush=True)
+    c = run.costs
+    lines = [head, *run.lines(),
+             f"why it pays here: the oracle drafts almost for free ({K * c.draft / c.plain:.3f} plain steps a step), so a "
+             f"speculative step costs about its verify, {c.verify / c.plain:.2f} plain steps, for {run.tau_measured:.2f} "
+             f"tokens. The MTP layer above paid {K * mtp.draft / mtp.plain:.1f} + {mtp.verify / mtp.plain:.1f} plain steps "
+             f"for {mtp_tau:.2f} tokens; its {K} drafts took {K * mtp.draft * 1e3:.1f} ms, {K * mtp.draft / c.plain:.2f} of a "
+             f"plain step of this target. ({run.seconds:.1f} s; {machine(run.threads)})"]
+    if warn := busy_warning():
+        lines.append(warn)
+    print("\n".join(lines[1:]), flush=True)
+    return lines
