@@ -1,4 +1,5 @@
 import os
+import signal
 import tempfile
 
 import pytest
@@ -13,6 +14,9 @@ os.environ.setdefault("SPECDEC_RUN_DIR", tempfile.mkdtemp(prefix="specdec-test-s
 # gain nothing from more, and on a busy 2-core machine threads spin against each other (10x slower steps).
 os.environ["OMP_NUM_THREADS"] = "1"
 torch.set_num_threads(1)
+# Ctrl-C as in a terminal, even where the test run was started with SIGINT ignored (a background job, nohup):
+# the tests of Ctrl-C rely on it, and the servers and rooms they start inherit it
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")

@@ -183,6 +183,7 @@ def main(args: argparse.Namespace) -> int:
             print(f"{seat.name} {seat.url}: {env + ' ' if env else ''}{shlex.join(seat.spec.command(args.sglang_version))}")
         return 0
     signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C stops the room even if started with SIGINT ignored
 
     def report(line: str) -> None:
         print(line, flush=True)
