@@ -33,16 +33,14 @@ import requests
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from sglang_zoo_check import PROMPTS as CHECK_PROMPTS  # noqa: E402  (benchmarks/ is this script's directory)
+
 from specdec.serving.bench import SweepConfig, format_sweep, run_sweep  # noqa: E402
 from specdec.serving.compare import compare, format_comparison  # noqa: E402
 from specdec.serving.launch import LaunchConfig  # noqa: E402
 from specdec.serving.lifecycle import ServerError, launch  # noqa: E402
 
 ZOO = ROOT / "specdec" / "zoo" / "tiny"
-CHECK_PROMPTS = ["import os\nimport sys\n\n\ndef main(argv):\n    ",
-                 "class Queue:\n    def __init__(self, maxsize=0):\n        self.",
-                 "Monday, Tuesday, Wednesday, Thursday,",
-                 "def read_config(path):\n    \"\"\"Read a config file.\"\"\"\n"]  # those of benchmarks/sglang_zoo_check.py
 CHAIN = dict(num_steps=3, topk=1, num_draft_tokens=4)
 T0 = time.time()
 
@@ -71,6 +69,35 @@ def start_all(configs: dict[str, tuple[LaunchConfig, dict]], logs: Path, timeout
     for th in threads:
         th.join()
     return out
+
+
+def measure_one_by_one(servers: dict, measure, on_error, save) -> None:
+    """Measure each started server alone, stopping it when done; whatever happens, stop them all."""
+    try:
+        for name, srv in servers.items():
+            if isinstance(srv, str):  # it did not start: start_all kept its error
+                continue
+            try:
+                measure(name, srv)
+            except Exception as exc:  # keep the other servers' measurements
+                on_error(name, repr(exc)[:2000])
+                say(f"{name}: ERROR {exc!r}")
+            finally:
+                srv.stop()
+                save()
+    finally:
+        for srv in servers.values():
+            if not isinstance(srv, str):
+                srv.stop()
+
+
+def compare_with(base: str, sweeps: dict, out: Path) -> None:
+    """Every speculative sweep against the plain one, written and printed."""
+    for name, spec in sweeps.items():
+        if name != base and base in sweeps:
+            cmp = compare(sweeps[base], spec)
+            (out / f"compare_{name}.json").write_text(json.dumps(cmp, indent=1))
+            say(f"{base} vs {name}\n" + format_comparison(cmp))
 
 
 # ----- recording real responses (trimmed later into tests/fixtures/sglang/)
@@ -229,31 +256,17 @@ def part_zoo(out: Path, concurrency: tuple[int, ...]) -> None:
     summary = {"startup_s": {n: getattr(s, "startup_s", None) for n, s in servers.items()},
                "errors": {n: s for n, s in servers.items() if isinstance(s, str)}, "modes": {}}
     sweeps = {}
-    try:
-        for name, srv in servers.items():
-            if isinstance(srv, str):
-                continue
-            try:
-                if name in ("plain", "nextn", "eagle"):
-                    record_fixtures(name, srv.url, out / "fixtures")
-                summary["modes"][name] = check_prompts(srv.url)
-                say(f"{name}: check prompts accept {summary['modes'][name].get('accept_length_weighted')}")
-                sweeps[name] = sweep(name, srv.url, out, concurrency, ("predictable", "code", "open"), 128)
-            except Exception as exc:  # keep the other modes' measurements
-                summary["modes"].setdefault(name, {})["error"] = repr(exc)[:2000]
-                say(f"{name}: ERROR {exc!r}")
-            finally:
-                srv.stop()
-                (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    finally:
-        for srv in servers.values():
-            if not isinstance(srv, str):
-                srv.stop()
-    for name in sweeps:
-        if name != "plain" and "plain" in sweeps:
-            cmp = compare(sweeps["plain"], sweeps[name])
-            (out / f"compare_{name}.json").write_text(json.dumps(cmp, indent=1))
-            say(f"plain vs {name}\n" + format_comparison(cmp))
+
+    def measure(name, srv):
+        if name in ("plain", "nextn", "eagle"):
+            record_fixtures(name, srv.url, out / "fixtures")
+        summary["modes"][name] = check_prompts(srv.url)
+        say(f"{name}: check prompts accept {summary['modes'][name].get('accept_length_weighted')}")
+        sweeps[name] = sweep(name, srv.url, out, concurrency, ("predictable", "code", "open"), 128)
+
+    measure_one_by_one(servers, measure, lambda name, err: summary["modes"].setdefault(name, {}).update(error=err),
+                       lambda: (out / "summary.json").write_text(json.dumps(summary, indent=1)))
+    compare_with("plain", sweeps, out)
     try:
         summary["lab2_decoder_mtp_k3"] = lab2_decoder_mtp()
     except Exception as exc:
@@ -321,36 +334,21 @@ def part_where(out: Path, concurrency: tuple[int, ...], accept_lengths: tuple[fl
     logs.mkdir(parents=True, exist_ok=True)
     summary: dict = {"startup_s": {}, "errors": {}, "tpot_512": {}}
     sweeps = {}
+    def measure(name, srv):
+        summary["startup_s"][name] = srv.startup_s
+        summary["tpot_512"][name] = tpot_at_context(srv.url)
+        say(f"{name}: batch-1 TPOT at 512 context {summary['tpot_512'][name]['tpot_s'] * 1e3:.2f} ms")
+        if name != "plain1b":
+            sweeps[name] = sweep(name, srv.url, out, concurrency, ("open",), 256)
+
     for wave in waves:
         servers = start_all(wave, logs, timeout=480)
-        try:
-            for name, srv in servers.items():
-                if isinstance(srv, str):
-                    summary["errors"][name] = srv
-                    continue
-                summary["startup_s"][name] = srv.startup_s
-                try:
-                    summary["tpot_512"][name] = tpot_at_context(srv.url)
-                    say(f"{name}: batch-1 TPOT at 512 context {summary['tpot_512'][name]['tpot_s'] * 1e3:.2f} ms")
-                    if name != "plain1b":
-                        sweeps[name] = sweep(name, srv.url, out, concurrency, ("open",), 256)
-                except Exception as exc:
-                    summary["errors"][name] = repr(exc)[:2000]
-                    say(f"{name}: ERROR {exc!r}")
-                finally:
-                    srv.stop()
-                    (out / "summary.json").write_text(json.dumps(summary, indent=1))
-        finally:
-            for srv in servers.values():
-                if not isinstance(srv, str):
-                    srv.stop()
+        summary["errors"].update({n: s for n, s in servers.items() if isinstance(s, str)})
+        measure_one_by_one(servers, measure, summary["errors"].__setitem__,
+                           lambda: (out / "summary.json").write_text(json.dumps(summary, indent=1)))
     if skip_plain and (out / "sweep_plain8b.json").exists():
         sweeps = {"plain8b": json.loads((out / "sweep_plain8b.json").read_text()), **sweeps}
-    for name in sweeps:
-        if name != "plain8b" and "plain8b" in sweeps:
-            cmp = compare(sweeps["plain8b"], sweeps[name])
-            (out / f"compare_{name}.json").write_text(json.dumps(cmp, indent=1))
-            say(f"plain8b vs {name}\n" + format_comparison(cmp))
+    compare_with("plain8b", sweeps, out)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
 
 

@@ -6,8 +6,11 @@ usage: python benchmarks/report.py   (rewrites docs/results.md; a test checks it
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from pathlib import Path
+
+from specdec.serving.records import acceptance_by_position
 
 ROOT = Path(__file__).resolve().parents[1]
 RES = ROOT / "benchmarks" / "results"
@@ -305,8 +308,6 @@ measured (`step_time_dict`).
 
 def _pooled_latency(sweep: dict, concurrency: int) -> tuple:
     """TTFT and TPOT p50 over every request of one concurrency, and the median of its categories' ITL p50 (ms)."""
-    import statistics
-
     recs = [x for r in sweep["runs"] if r["concurrency"] == concurrency for x in r["records"]]
     itl = [r["itl_s"]["p50"] for r in sweep["runs"] if r["concurrency"] == concurrency and r.get("itl_s")]
     ms = lambda xs: 1e3 * statistics.median(xs) if xs else None  # noqa: E731
@@ -318,8 +319,6 @@ def gpu_lab3_zoo_section() -> str:
     d = RES / "gpu_lab3" / "zoo"
     if not (d / "summary.json").is_file():
         return ""
-    from specdec.serving.records import acceptance_by_position
-
     summ = json.loads((d / "summary.json").read_text())
     plain = json.loads((d / "sweep_plain.json").read_text())
     rows = []
@@ -387,7 +386,7 @@ def gpu_lab3_where_section() -> str:
     rows.append(["plain", None] + [base[c] for c in levels])
     for acc, c in cmps.items():
         pooled = {r["concurrency"]: r for r in c["rows"] if r["category"] == "all"}
-        rows.append([f"EAGLE, simulated {acc}", statistics_mean([pooled[x]["accept_length"] for x in levels])]
+        rows.append([f"EAGLE, simulated {acc}", statistics.fmean([pooled[x]["accept_length"] for x in levels])]
                     + [f'{pooled[x]["spec_tok_s"]:.0f} ({pooled[x]["speedup"]:.2f}x, predicted {pooled[x]["predicted_speedup"]:.2f}x)'
                        for x in levels])
         cc = c["crossover"]["all"]
@@ -429,10 +428,6 @@ def pays(rows: list[list], col: int, where: str) -> str:
     """'NEXTN pays at c=1 (1.09x)' or 'none pays at c=16', from a table's speedup column."""
     won = [f"{r[0]} ({r[col]:.2f}x)" for r in rows if r[col] is not None and r[col] > 1]
     return f"{', '.join(won)} {'pays' if len(won) == 1 else 'pay'} at {where}" if won else f"none pays at {where}"
-
-
-def statistics_mean(xs):
-    return sum(xs) / len(xs)
 
 
 def plot_where(out: Path) -> Path | None:

@@ -1,6 +1,7 @@
 """Trim the responses that benchmarks/gpu_lab3.py recorded from real SGLang 0.5.16 (tiny zoo, H200) into
 the test fixture tests/fixtures/sglang/real_0516_zoo.json: every field SGLang sent in a request's
 answer is kept; /server_info keeps the fields the client reads; /metrics keeps the sglang: series.
+Also writes specdec/grading/sglang_0516_metas.json, the real meta_infos Lab 3's checks grade on.
 
 usage: python benchmarks/trim_sglang_fixtures.py benchmarks/results/gpu_lab3/zoo
 """
@@ -55,10 +56,28 @@ def main(folder: str) -> int:
     if chat.is_file():  # the zoo with its chat template, recorded later (benchmarks/gpu_lab3.py chat)
         rec = json.loads(chat.read_text())
         out["servers"]["nextn"]["chat_with_template"] = {k: rec[k] for k in ("chat", "chat_stream")}
-    dest = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "sglang" / "real_0516_zoo.json"
+    root = Path(__file__).resolve().parents[1]
+    dest = root / "tests" / "fixtures" / "sglang" / "real_0516_zoo.json"
     dest.write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {dest} ({dest.stat().st_size} bytes)")
+    write_grading_metas(out["servers"], root / "specdec" / "grading" / "sglang_0516_metas.json")
     return 0
+
+
+def write_grading_metas(servers: dict, dest: Path) -> None:
+    """The speculative servers' answers (the fixture request and the four check prompts) and one plain answer,
+    each meta_info cut to the counters and the request's own fields."""
+    metas = []
+    for name in ("nextn", "eagle"):
+        metas.append(servers[name]["generate"]["response"]["meta_info"])
+        metas += [{k: v for k, v in r.items() if k != "prompt"} for r in servers[name]["check_prompts"]]
+    metas.append(servers["plain"]["generate"]["response"]["meta_info"])
+    keep = ("id", "finish_reason", "prompt_tokens", "completion_tokens", "cached_tokens", "e2e_latency")
+    doc = {"_source": "meta_info of real /generate answers: SGLang 0.5.16, tiny zoo, H200, NEXTN and EAGLE (3 steps, "
+                      "topk 1) and plain; tests/fixtures/sglang/real_0516_zoo.json (benchmarks/gpu_lab3.py)",
+           "metas": [{k: v for k, v in m.items() if k in keep or k.startswith("spec_")} for m in metas]}
+    dest.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"wrote {dest} ({len(metas)} answers)")
 
 
 if __name__ == "__main__":

@@ -67,6 +67,23 @@ def exercise_cells(solution: Path, lab: int) -> list[str]:
     return found
 
 
+def assert_ids_only_in_check_cells(solution: Path, lab: int, exercises: list[str]) -> None:
+    """Exercise ids appear in code only in the check cells (the grader splits answers at them)."""
+    cells = nbformat.read(solution, as_version=4).cells
+    in_code = [c.source for c in cells if c.cell_type == "code" and re.search(rf"lab{lab}\.q\d", c.source)]
+    assert len(in_code) == len(exercises)
+
+
+def assert_lecture_without_exercises(lecture: Path, canned: tuple[str, ...] = ()) -> None:
+    """A lecture holds no exercise and no canned result ("typical", "you should see", ...)."""
+    nb = nbformat.read(lecture, as_version=4)
+    source = "".join(c.source for c in nb.cells)
+    assert "### BEGIN SOLUTION" not in source and "check(" not in source
+    prose = "".join(c.source for c in nb.cells if c.cell_type == "markdown").lower()
+    for word in ("typical", "expected speedup", "you should see", *canned):
+        assert word not in prose
+
+
 def specdec(*argv: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "SPECDEC_EXTRA_CHECKS"}
     return subprocess.run([sys.executable, "-m", "specdec", *argv], cwd=REPO, env=env,

@@ -7,7 +7,15 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from notebook_tools import BLOCK, assert_committed_clean, exercise_cells, images_in, text_of
+from notebook_tools import (
+    BLOCK,
+    assert_committed_clean,
+    assert_ids_only_in_check_cells,
+    assert_lecture_without_exercises,
+    exercise_cells,
+    images_in,
+    text_of,
+)
 from notebook_tools import execute as run_notebook
 from notebook_tools import untouched_lab as lab_of
 
@@ -39,19 +47,11 @@ def test_committed_without_outputs(path):
 
 def test_exercise_cells_follow_the_convention():
     assert exercise_cells(SOLUTION, 2) == EXERCISES
-    cells = nbformat.read(SOLUTION, as_version=4).cells
-    # exercise ids appear in code only in the check cells (the grader splits answers at them)
-    in_code = [c.source for c in cells if c.cell_type == "code" and re.search(r"lab2\.q\d", c.source)]
-    assert len(in_code) == len(EXERCISES)
+    assert_ids_only_in_check_cells(SOLUTION, 2, EXERCISES)
 
 
 def test_lecture_has_no_exercises_and_no_canned_numbers():
-    nb = nbformat.read(LECTURE, as_version=4)
-    source = "".join(c.source for c in nb.cells)
-    assert "### BEGIN SOLUTION" not in source and "check(" not in source
-    prose = "".join(c.source for c in nb.cells if c.cell_type == "markdown").lower()
-    for word in ("typical", "expected speedup", "you should see"):
-        assert word not in prose
+    assert_lecture_without_exercises(LECTURE)
 
 
 @pytest.mark.slow
