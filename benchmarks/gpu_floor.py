@@ -10,7 +10,7 @@ bf16 weights made on the GPU (no checkpoint):
              back to back; the same with torch.compile inside the graph where the time budget allows
   loop       generate at batch 1, 256 new tokens: plain, and the oracle proposer at k = 3 with alpha
              chosen for tau about 2.5 and 3.5; the time outside the graphs as a fraction of a plain step
-  profile    the kernels of one graphed plain step at batch 1 (torch.profiler), by kind
+  (where the time goes, kernel by kernel: benchmarks/gpu_profile.py)
   anchor     transformers generate on the 1B shape, same prompt, greedy: its static cache with
              torch.compile (5.x compiles the decode step itself when the cache is static), and eager
 Each measurement is recorded on its own (an error is recorded and the rest go on); the JSON and the
@@ -285,7 +285,7 @@ def loop_plain(model: Transformer, plan: Plan, compile: bool, store: dict) -> di
     spans = sorted({span for _, span, _ in engine.graphs.captured})
     graph = next(g for (name, span, _), g in engine.graphs.captured.items() if span == spans[-1])
     t_graph = timed(replay_of(graph), plan)  # the row has ended: replays change nothing
-    store.update(prompt=prompt, tokens=res.tokens[0], engine=engine, graph_ms=t_graph * 1e3)
+    store.update(prompt=prompt, tokens=res.tokens[0], graph_ms=t_graph * 1e3)
     if compile:
         torch._dynamo.reset()
     return {"generate_tokens_per_s": res.tokens_per_s, **loop, "graph_ms": t_graph * 1e3,
@@ -293,61 +293,36 @@ def loop_plain(model: Transformer, plan: Plan, compile: bool, store: dict) -> di
             "phases_ms_per_step": {k: v / prof.steps * 1e3 for k, v in prof.times.items()}}
 
 
-def loop_oracle(model: Transformer, plan: Plan, tau: float, plain: dict) -> dict:
-    """The oracle proposer at k with alpha for the target tau: lossless, its tau, its tokens/s."""
+def loop_oracle(model: Transformer, plan: Plan, tau: float, plain: dict, compile: bool = False) -> dict:
+    """The oracle proposer at k with alpha for the target tau: its tau, its tokens/s, and whether its tokens are
+    the verify step's own greedy decoding (lossless) and the plain step's.
+
+    The oracle proposes a reference continuation. In bf16 the plain step and the verify step round
+    differently (compiled, one reads its weights through model.Linear's one-row reduction, the other through
+    cuBLAS), so on random weights, whose logits nearly tie, their greedy tokens part within a few positions;
+    an oracle fed the plain step's tokens is then wrong from there on (tau 1). So the reference is the verify
+    step's own greedy decoding: a first run whose drafts are all wrong emits only the target's own tokens."""
     alpha = alpha_for_tau(tau, plan.k)
     max_len = plan.caches[0]
-
-    def oracle(seed):
-        return OracleProposer.from_continuations([plain["prompt"]], [plain["tokens"]], alpha, model.config.vocab_size,
-                                                 seed=seed, length=max_len + plan.k + 2)
-
+    prompt, vocab = plain["prompt"], model.config.vocab_size
+    oracle = OracleProposer.from_continuations([prompt], [plain["tokens"]], 0.0, vocab, seed=7,
+                                               length=max_len + plan.k + 2)  # alpha 0: every draft wrong
     engine = Engine(bundle_of(model, "random"), k=plan.k, max_batch=1, max_len=max_len, cuda_graphs=plan.graphs,
-                    proposer=oracle(7))
-    engine.generate([plain["prompt"]], max_new_tokens=16, stop_at_eos=False)  # capture
-    res = engine.generate([plain["prompt"]], max_new_tokens=plan.new_tokens, stop_at_eos=False)
-    loop = decode_loop(engine, plain["prompt"], plan.new_tokens, plan)
+                    proposer=oracle, compile=compile)
+    reference = engine.generate([prompt], max_new_tokens=plan.new_tokens, stop_at_eos=False).tokens[0]  # captures
+    fresh = OracleProposer.from_continuations([prompt], [reference], alpha, vocab, length=oracle.reference.shape[1])
+    oracle.reference[:1] = fresh.reference.to(oracle.reference.device)  # the same engine: no second capture
+    oracle.alpha, oracle.gen = alpha, None
+    res = engine.generate([prompt], max_new_tokens=plan.new_tokens, stop_at_eos=False)
+    loop = decode_loop(engine, prompt, plan.new_tokens, plan)
+    if compile:
+        torch._dynamo.reset()
+    agree = next((i for i, (a, b) in enumerate(zip(reference, plain["tokens"])) if a != b), len(reference))
     return {"alpha": alpha, "tau_expected": float(expected_tokens_per_step(alpha, plan.k)), "tau": res.stats.tau,
-            "same_as_plain": res.tokens[0] == plain["tokens"], "generate_tokens_per_s": res.tokens_per_s,
+            "lossless": res.tokens[0] == reference, "same_as_plain": res.tokens[0] == plain["tokens"],
+            "verify_agrees_with_plain_for": agree, "generate_tokens_per_s": res.tokens_per_s,
             "decode_tokens_per_s": loop["decode_tokens_per_s"], "tau_loop": loop["tau"],
             "speedup_decode": loop["decode_tokens_per_s"] / plain["decode_tokens_per_s"]}
-
-
-KINDS = (("attention", ("fmha", "attention", "flash", "attn")),
-         ("matmul", ("gemm", "gemv", "cutlass", "xmma", "nvjet", "matmul", "splitk", "cublas")))
-
-
-def kernel_profile(plain: dict, plan: Plan, reps: int = 5) -> dict:
-    """torch.profiler over a few replays of the plain step's graph: time per step by kernel and by kind."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    replay = replay_of(next(iter(plain["engine"].graphs.captured.values())))
-    replay()
-    sync(plan)
-    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if plan.cuda else [])
-    with profile(activities=acts) as prof:
-        for _ in range(reps):
-            replay()
-        sync(plan)
-
-    def self_time(e):  # microseconds: a kernel's device time (on a CPU, an op's own host time)
-        if plan.cuda:
-            return getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0)
-        return e.self_cpu_time_total
-
-    def is_kernel(e):  # on a GPU the device's own events (kernels, copies): host ops would count them again
-        return e.device_type == DeviceType.CUDA if plan.cuda else e.key.startswith("aten::")
-
-    kernels = sorted(((self_time(e) / reps, e.count / reps, e.key) for e in prof.key_averages()
-                      if is_kernel(e) and self_time(e) > 0), reverse=True)
-    by_kind: dict[str, float] = {}
-    for us, _, name in kernels:
-        kind = next((k for k, words in KINDS if any(w in name.lower() for w in words)), "other")
-        by_kind[kind] = by_kind.get(kind, 0.0) + us
-    return {"graph_ms": plain["graph_ms"], "kernel_us_per_step": sum(us for us, _, _ in kernels),
-            "by_kind_us": {k: round(v, 1) for k, v in by_kind.items()},
-            "top": [{"us": round(us, 1), "calls": c, "name": name[:120]} for us, c, name in kernels[:15]]}
 
 
 def hf_anchor(shape: dict, plan: Plan, prompt: list[int], compiled: str | None) -> dict:
@@ -423,40 +398,43 @@ def main(argv: list[str] | None = None) -> int:
     shapes = [name for name in shapes if name in models]
     compiled = not args.no_compile
     compiled_shapes = shapes[:1] if args.smoke else shapes  # the smoke test traces each path once, not per shape
-    if compiled:  # each capture compiles (tens of seconds on a GPU): batch-1 plain steps first, both caches
+    if compiled:  # each capture compiles (a minute for the 8B step): the batch-1 plain steps and loops first
         for name in compiled_shapes:
-            steps(run, plan, name, models[name], bw, batches=(1,), widths=(1,), compile=True)
+            steps(run, plan, name, models[name], bw, batches=(1,), widths=(1,), compile=True, caches=plan.caches[:1])
+        for name in compiled_shapes:  # the oracle's reference: what the compiled step itself decodes
+            store: dict = {}
+            plain = run.measure("loop", {"shape": name, "method": "plain", "compile": True},
+                                lambda: loop_plain(models[name], plan, True, store), need_s=45)
+            for tau in plan.taus if "decode_tokens_per_s" in plain else ():
+                store.update(plain)
+                run.measure("loop", {"shape": name, "method": "oracle", "k": plan.k, "tau_target": tau, "compile": True},
+                            lambda: loop_oracle(models[name], plan, tau, store, compile=True), need_s=60)
     if "1b" in shapes and not args.no_anchor:
         anchor(run, plan)
-    if compiled:  # then what the budget allows: the loop, verify steps, larger batches
+    if compiled:  # then what the budget allows: the larger cache, verify steps, larger batches
         for name in compiled_shapes:
-            run.measure("loop", {"shape": name, "method": "plain", "compile": True},
-                        lambda: loop_plain(models[name], plan, True, {}), need_s=45)
+            steps(run, plan, name, models[name], bw, batches=(1,), widths=(1,), compile=True, caches=plan.caches[1:])
         for name in compiled_shapes:
             steps(run, plan, name, models[name], bw, batches=(1,), widths=(plan.k + 1,), compile=True)
         for name in compiled_shapes if plan.compile_larger_batches else ():
             steps(run, plan, name, models[name], bw, batches=plan.batches[1:], widths=(1, plan.k + 1), compile=True)
-    for name in shapes:  # last: a profiler that meets a CUDA graph is the likeliest thing to take the process down
-        if "engine" in plains.get(name, {}):
-            run.measure("profile", {"shape": name, "batch": 1, "step": "plain"},
-                        lambda: kernel_profile(plains[name], plan), need_s=5)
-            plains[name].pop("engine")
     summary(run, plan)
     run.save()
     return 0
 
 
-def steps(run: Run, plan: Plan, name: str, model: Transformer, bw: float, batches, widths, compile: bool) -> None:
+def steps(run: Run, plan: Plan, name: str, model: Transformer, bw: float, batches, widths, compile: bool,
+          caches: tuple | None = None) -> None:
     for batch in batches:
         for width in widths:
-            for cache in plan.caches:
+            for cache in caches or plan.caches:
                 run.measure("steps", {"shape": name, "batch": batch, "width": width, "cache": cache, "compile": compile},
                             lambda: step_row(model, plan, bw, batch, cache, width, compile), need_s=40 if compile else 3)
 
 
 def measure_shape(run: Run, plan: Plan, name: str, model: Transformer, bw: float) -> dict:
     """Everything without compile for one shape; returns the plain loop's prompt, tokens (the oracle's
-    reference, the anchor's prompt) and engine (its graph is profiled at the end)."""
+    reference, the anchor's prompt)."""
     run.results.setdefault("models", {})[name] = {
         "params": model.num_params(), "weight_bytes": weight_bytes(model), "kv_bytes_per_token": kv_bytes_per_token(model),
         "floor_batch1_ms": (weight_bytes(model) + plan.context * kv_bytes_per_token(model)) / bw * 1e3}
@@ -521,15 +499,11 @@ def summary(run: Run, plan: Plan) -> None:
             extra = (f"outside the graph {100 * e['outside_fraction']:.1f}% of a step ({e['ms_per_step']:.3f} ms "
                      f"per step, graph {e['graph_ms']:.3f} ms)" if e["method"] == "plain" else
                      f"tau {e['tau']:.2f} (alpha {e['alpha']:.3f}), speedup {e['speedup_decode']:.2f}x, "
-                     f"lossless {e['same_as_plain']}")
+                     f"lossless {e.get('lossless', e['same_as_plain'])}, same as plain {e['same_as_plain']}")
             run.log(f"loop {e['method']:>6} compile={e['compile']}: decode {e['decode_tokens_per_s']:.1f} tok/s, "
                     f"generate {e['generate_tokens_per_s']:.1f} tok/s; {extra}")
             if e["method"] == "plain":
                 goals.append(("outside", name, e["outside_fraction"], e["compile"]))
-        for e in sec.get("profile", []):
-            if e.get("shape") == name and "by_kind_us" in e:
-                run.log(f"profile B=1 plain: kernels {e['kernel_us_per_step']:.0f} us of a {e['graph_ms'] * 1e3:.0f} us "
-                        f"step; by kind {e['by_kind_us']}")
     for e in sec.get("anchor", []):
         if "decode_tokens_per_s" in e:
             run.log(f"anchor {e['engine']}: decode {e['decode_tokens_per_s']:.1f} tok/s (TPOT {e['tpot_ms']:.3f} ms), "

@@ -9,10 +9,16 @@ per owner, so that two owners never replay each other's captures.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from typing import Callable
 
 import torch
+
+# What inductor is told when it compiles a step: tune each reduction's tile sizes by coordinate descent.
+# The one-row matmuls of model.Linear are such reductions; untuned, an 8B step took 6.1 ms instead of 4.8
+# (docs/results.md, section 13). Tuning costs compile time: about a minute per capture of the 8B step.
+INDUCTOR_OPTIONS = {"coordinate_descent_tuning": True}
 
 
 class GraphedStep:
@@ -138,5 +144,8 @@ class Graphs:
 
             run = torch.compile(on_tensors, dynamic=False) if self.compile else on_tensors
             kind = GraphedStep if self.mode == "cuda" else EmulatedGraph
-            self.captured[key] = kind(run, tensors, state=state, pool=self.pool)
+            # the first calls (the warm-up) compile, so inductor's options apply there; torch._inductor is
+            # imported on first use, so runs without compile never pay its second of import
+            with torch._inductor.config.patch(INDUCTOR_OPTIONS) if self.compile else contextlib.nullcontext():
+                self.captured[key] = kind(run, tensors, state=state, pool=self.pool)
         return self.captured[key](*tensors)

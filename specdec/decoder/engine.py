@@ -269,8 +269,8 @@ class Engine:
         t0 = time.perf_counter()
         if self.proposer is None:
             u = self._uniforms(0, width, 1)
-            emitted, count = self.graphs("plain", lambda u_: plain_step(self.target, cache, rows, u_), u[:, 0],
-                                         state=rows.tensors(), span=span)
+            emitted, count = self.graphs("plain" + self._rule(rows), lambda u_: plain_step(self.target, cache, rows, u_),
+                                         u[:, 0], state=rows.tensors(), span=span)
             accept_length, drafts, t1 = torch.full_like(count, -1), emitted[:, :0], t0
         else:
             u = self._uniforms(0, width, 2 * k + 1)
@@ -278,7 +278,7 @@ class Engine:
             sync()
             t1 = time.perf_counter()
             emitted, count, accept_length, hidden = self.graphs(
-                "verify/top" if rows.truncating else "verify",
+                "verify" + self._rule(rows),
                 lambda d, q_, u_: verify(self.target, cache, rows, d, q_, u_), drafts, q, u[:, : k + 1],
                 state=rows.tensors(), span=span)
             self.proposer.accepted(rows, hidden, count)
@@ -387,6 +387,11 @@ class Engine:
         running = self.params.values()
         rows.sampling = self.rows.sampling = any(sp.temperature > 0 for sp in running)
         rows.truncating = self.rows.truncating = any(sp.top_p < 1 or sp.top_k > 0 for sp in running)
+
+    @staticmethod
+    def _rule(rows: Rows) -> str:
+        """What a captured step bakes in about choosing tokens: the argmax, a draw, or a draw after top-p/top-k."""
+        return "" if not rows.sampling else "/top" if rows.truncating else "/sample"
 
     def _uniforms(self, start: int, n: int, width: int) -> torch.Tensor:
         """Uniforms [n, width] for rows start..: zeros when every row is greedy (they are unused),

@@ -86,6 +86,32 @@ class RMSNorm(nn.Module):
         return F.rms_norm(x, self.weight.shape, self.weight, self.eps)  # one fused kernel on a GPU
 
 
+class Linear(nn.Linear):
+    """nn.Linear, with one fast path: under torch.compile a single row (batch-1 decoding) is computed as
+    a plain multiply-and-sum, which inductor turns into one kernel that streams the weight at nearly the
+    full memory bandwidth; cuBLAS's one-row kernels leave more of it unused (docs/results.md, section 13)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not (torch.compiler.is_compiling() and x.numel() == x.shape[-1]):
+            return super().forward(x)
+        y = (x.reshape(1, -1).float() * self.weight.float()).sum(-1)  # [N]: one dot product per output
+        if self.bias is not None:
+            y = y + self.bias.float()
+        return y.to(x.dtype).view(*x.shape[:-1], -1)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """softmax(q k^T / sqrt(D)) v over the slots the mask allows: q [B, h, Tq, D], k, v [B, h, S, D],
+    mask [B, 1, Tq, S] bool -> [B, h, Tq, D]. Written out (scores, mask, softmax, weighted sum): at a
+    decode step's few query rows it is also faster on a GPU than the fused SDPA kernel (docs/results.md, section 13)."""
+    scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5  # [B, h, Tq, S]
+    scores = scores.masked_fill(~mask, float("-inf"))  # slot 0 is always visible: no row is all -inf
+    return scores.float().softmax(-1).to(q.dtype) @ v
+
+
+DECODE_ROWS = 64  # query rows (query heads per key/value head x new tokens) up to which `attention` runs
+
+
 def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
     """Inverse frequencies [D/2], with Llama 3's long-context rescaling when configured."""
     d = cfg.head_dim
@@ -112,16 +138,16 @@ class Attention(nn.Module):
         super().__init__()
         self.nh, self.nkv, self.d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         b = cfg.attention_bias
-        self.q_proj = nn.Linear(cfg.hidden_size, self.nh * self.d, bias=b)
-        self.k_proj = nn.Linear(cfg.hidden_size, self.nkv * self.d, bias=b)
-        self.v_proj = nn.Linear(cfg.hidden_size, self.nkv * self.d, bias=b)
-        self.o_proj = nn.Linear(self.nh * self.d, cfg.hidden_size, bias=False)
+        self.q_proj = Linear(cfg.hidden_size, self.nh * self.d, bias=b)
+        self.k_proj = Linear(cfg.hidden_size, self.nkv * self.d, bias=b)
+        self.v_proj = Linear(cfg.hidden_size, self.nkv * self.d, bias=b)
+        self.o_proj = Linear(self.nh * self.d, cfg.hidden_size, bias=False)
 
     def fuse(self) -> None:
         """Inference only: one matmul for q, k and v instead of three (fewer kernel launches)."""
         w = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
         b = torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias]) if self.q_proj.bias is not None else None
-        self.qkv_proj = nn.Linear(w.shape[1], w.shape[0], bias=b is not None, device=w.device, dtype=w.dtype)
+        self.qkv_proj = Linear(w.shape[1], w.shape[0], bias=b is not None, device=w.device, dtype=w.dtype)
         self.qkv_proj.weight.data.copy_(w)
         if b is not None:
             self.qkv_proj.bias.data.copy_(b)
@@ -151,21 +177,25 @@ class Attention(nn.Module):
             # Grouped-query attention without copying the cache: fold each group's query heads
             # into the query-length axis, so one key/value head serves g*T query rows.
             qg = q.reshape(B, self.nkv, g * T, self.d)
-            y = F.scaled_dot_product_attention(qg, K, V, attn_mask=mask).reshape(B, self.nh, T, self.d)
+            if g * T <= DECODE_ROWS:  # a decode or verify step
+                y = attention(qg, K, V, mask)
+            else:  # a prefill: the fused kernel, which never holds the [g*T, S] scores
+                y = F.scaled_dot_product_attention(qg, K, V, attn_mask=mask)
+            y = y.reshape(B, self.nh, T, self.d)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, self.nh * self.d))
 
 
 class MLP(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.gate_proj = Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
     def fuse(self) -> None:
         """Inference only: gate and up projections as one matmul."""
         w = torch.cat([self.gate_proj.weight, self.up_proj.weight])
-        self.gate_up_proj = nn.Linear(w.shape[1], w.shape[0], bias=False, device=w.device, dtype=w.dtype)
+        self.gate_up_proj = Linear(w.shape[1], w.shape[0], bias=False, device=w.device, dtype=w.dtype)
         self.gate_up_proj.weight.data.copy_(w)
         del self.gate_proj, self.up_proj
 
@@ -241,7 +271,7 @@ class Transformer(nn.Module):
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.lm_head = Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
         self.rotary = Rotary(cfg)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields
 import torch
 
 from specdec.decoder.kv_cache import KVCache
-from specdec.decoder.verify import accept, sample, token_probs
+from specdec.decoder.verify import accept, greedy_accept, sample, token_probs
 
 
 @dataclass
@@ -88,7 +88,10 @@ def plain_step(target, cache: KVCache, rows: Rows, u: torch.Tensor):
     Returns emitted [B, 1] and count [B]."""
     pos = rows.lengths.unsqueeze(1)  # [B, 1]: the pending token's position
     logits, _ = target(rows.tokens.gather(1, pos), pos, cache)  # writes its key and value
-    emitted = sample(rows.probs(logits)[:, 0], u).unsqueeze(1)
+    if rows.sampling:
+        emitted = sample(rows.probs(logits)[:, 0], u).unsqueeze(1)
+    else:  # every row greedy: the argmax, which is what sampling its one-hot distribution returns
+        emitted = logits.argmax(-1)
     return emitted, commit(rows, cache, emitted, torch.ones_like(rows.n_new))
 
 
@@ -100,7 +103,10 @@ def verify(target, cache: KVCache, rows: Rows, drafts: torch.Tensor, q: torch.Te
     pos = cache.positions(k + 1)  # [B, k+1]
     block = torch.cat([rows.tokens.gather(1, pos[:, :1]), drafts], 1)
     logits, hidden = target(block, pos, cache)  # provisional writes: lengths do not move
-    accept_length, next_token = accept(drafts, q, rows.probs(logits), u)
+    if rows.sampling or q is not None:
+        accept_length, next_token = accept(drafts, q, rows.probs(logits), u)
+    else:  # every row greedy and the drafts deterministic: the same rule read off the argmax
+        accept_length, next_token = greedy_accept(drafts, logits)
     # the accepted drafts, then the target's own token (a correction, or the bonus after k)
     emitted = torch.cat([drafts, next_token.unsqueeze(1)], 1).scatter(1, accept_length.unsqueeze(1),
                                                                       next_token.unsqueeze(1))

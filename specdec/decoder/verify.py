@@ -73,8 +73,10 @@ def accept(drafts: torch.Tensor, q: torch.Tensor | None, p: torch.Tensor, u: tor
 
 
 def greedy_accept(drafts: torch.Tensor, target_logits: torch.Tensor):
-    """Greedy verification, the temperature-0 case of `accept`: drafts [B, k], target_logits
-    [B, k+1, V] -> accept_length [B] (leading drafts equal to the argmax), next_token [B]."""
+    """Greedy verification, the temperature-0 case of `accept` (p one-hot on the argmax): drafts [B, k],
+    target_logits [B, k+1, V] -> accept_length [B] (leading drafts equal to the argmax), next_token [B]
+    (the argmax after them). Read straight off the argmax: no distributions over the vocabulary."""
     B, k = drafts.shape
-    greedy = torch.zeros(B, device=drafts.device)
-    return accept(drafts, None, token_probs(target_logits, greedy), torch.zeros(B, k + 1, device=drafts.device))
+    best = target_logits.argmax(-1)  # [B, k+1]
+    accept_length = (drafts == best[:, :k]).int().cumprod(1).sum(1)
+    return accept_length, best.gather(1, accept_length.unsqueeze(1)).squeeze(1)
