@@ -74,6 +74,9 @@ def test_lecture_runs(tmp_path, inline_plots):
     assert re.search(r"this notebook ran on the CPU \d+% to \d+% of the wall time", out)  # how busy the machine was
     assert re.search(r"one plain step: \S+ ms now, \S+ ms in section 7", out)
     assert re.search(r"by rows computed: 1 rows \S+, 2 rows \S+, 3 rows \S+, 4 rows 1.00 of the cost at 4 rows", out)
+    # section 14 reads the committed H200 profile: the matmuls' share, and a verify step against a plain one
+    assert re.search(r"your guess for the matmuls' share: None; measured: 0\.\d\d \(\S+ ms, \S+x the floor\)", out), out
+    assert re.search(r"a compiled verify of 4 positions \S+ ms = 1\.\d\d plain steps", out)
 
 
 def assert_sampling_summary(out):
