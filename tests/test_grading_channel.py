@@ -10,6 +10,7 @@ import ast
 import math
 import os
 import time
+import types
 from pathlib import Path
 
 import numpy as np
@@ -262,3 +263,31 @@ def test_the_total_time_limit_wins(rogue):
     kernel = rogue("hang", seconds=1.0).ready()
     with pytest.raises(session.OutOfTime):
         kernel.run_cell("while True: pass", 100)
+
+
+def test_a_kernel_killed_twice_closes_its_descriptors_once():
+    """A run that timed out kills its kernel, and closing the run kills it again: the second kill must not close
+    descriptor numbers that another grading thread has reused meanwhile (that broke a clean-up in CI)."""
+
+    class Done:  # a process already reaped, an output reader already finished
+        returncode, pid, stdout = 0, -1, open(os.devnull, "rb")
+
+        def join(self, timeout=None):
+            pass
+
+        def is_alive(self):
+            return False
+
+    kernel = object.__new__(session.Kernel)
+    kernel.proc, kernel.output = Done(), Done()
+    kernel.fds_open = os.pipe()
+    kernel.requests, kernel.replies = kernel.fds_open[0], types.SimpleNamespace(fd=kernel.fds_open[1])
+    kernel.kill()
+    reused = os.pipe()  # the lowest free numbers: those kill() just closed
+    try:
+        kernel.kill()
+        for fd in reused:
+            os.fstat(fd)  # still open
+    finally:
+        for fd in reused:
+            os.close(fd)

@@ -125,6 +125,7 @@ class Kernel:
             kill_group(self.proc.pid)
         os.set_blocking(self.requests, False)
         self.replies = TimedReader(rep_r)
+        self.fds_open = (self.requests, rep_r)  # the grader's ends of the channel, closed by kill()
         self.output = OutputTail(self.proc.stdout)  # type: ignore[arg-type]
         self.output.start()
         self.started = time.monotonic()
@@ -155,7 +156,10 @@ class Kernel:
         self.alive = False
         with _running_lock:
             _running.discard(self.proc.pid)
-        for fd in (self.requests, self.replies.fd):
+        # once only: kill() runs again when a run that timed out is closed, and by then another grading thread may
+        # hold a new file under the same descriptor number (closing it broke that thread's cleanup)
+        fds, self.fds_open = self.fds_open, ()
+        for fd in fds:
             try:
                 os.close(fd)
             except OSError:
