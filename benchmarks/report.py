@@ -518,6 +518,7 @@ def floor_section() -> str:
     phase = lambda res, name: statistics.fmean(loop(res, s, compile=c)["phases_ms_per_step"][name]  # noqa: E731
                                                for s in ("8b", "1b") for c in (False, True))
     host_ratio, prefill_ratio = (phase(f, n) / phase(before, n) for n in ("host", "prefill"))
+    hb, ha = ([r["best_us"] for r in load(name)["rows"]] for name in ("cpu_host_step_before.json", "cpu_host_step.json"))
     r8, r1 = rows
     vc = next(e for e in load("gpu_profile/after.json")["sections"]["variants"]
               if e["shape"] == "8b" and e["variant"] == f"compile+cdt, verify w={env['k'] + 1}")
@@ -571,7 +572,11 @@ Against issue 11's goals, measured in this run:
   host's work per step is the same code in both runs but for choosing the capture's name (a replayed graph runs no Python
   of the model), and the loop's own split of a step (a sync around each phase) shows the host slower throughout: the
   bookkeeping after each step took {host_ratio:.1f}x as long as in the earlier run, and the prefill, whose code did not change,
-  {prefill_ratio:.1f}x. The goal depends on the host the GPU is paired with; on this one it is missed.
+  {prefill_ratio:.1f}x. The goal depends on the host the GPU is paired with; on this one it is missed. Since this run,
+  the engine keeps its views of the running rows and the greedy steps' zero uniforms instead of making them every step:
+  its bookkeeping per step, timed on the 2-core CPU with the device's part stubbed out (`benchmarks/cpu_host_step.py`,
+  logs `benchmarks/logs/cpu_host_step_before.log` and `cpu_host_step.log`), went from {hb[0]:.1f} to {ha[0]:.1f} µs at batch 1
+  and from {hb[1]:.1f} to {ha[1]:.1f} µs at batch 4. What that saves on a GPU's host is not measured yet.
 - Oracle at SGLang's simulated acceptance (graphs, not compiled): {o8[2.5]["decode_tokens_per_s"]:.0f} and
   {o8[3.5]["decode_tokens_per_s"]:.0f} tokens/s against SGLang EAGLE's {sgc1["2.5"]:.0f} and {sgc1["3.5"]:.0f}: missed by
   {1 - o8[2.5]["decode_tokens_per_s"] / sgc1["2.5"]:.0%} and {1 - o8[3.5]["decode_tokens_per_s"] / sgc1["3.5"]:.0%}. Compiled, the verify step of

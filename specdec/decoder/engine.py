@@ -156,6 +156,8 @@ class Engine:
         self.cache = KVCache.for_model(self.target, max_batch, self.max_len)
         self.cache.fixed_span = self.graph_mode is not None
         self.views: dict[tuple[int, int], KVCache] = {}  # under graphs: the cache's rows 0..width-1, per bucket
+        self.row_views: dict[int, Rows] = {}  # the rows 0..width-1, per width
+        self.no_draws: dict[tuple[int, int], torch.Tensor] = {}  # the uniforms of greedy steps: zeros, per shape
         self.eos_ids = bundle.eos_token_ids
         self.rows = Rows.empty(self.cache, self.max_len + k + 2, len(self.eos_ids))
         if self.proposer is not None:
@@ -262,7 +264,9 @@ class Engine:
         # every position this step reads (the verify block, the proposer's own) is below `need`
         need = max(self.committed.values()) + (1 if self.proposer is None else k + 1)
         span = self.span(need)
-        rows, cache = self.rows.view(0, width), self.cache_view(width, span)
+        if width not in self.row_views:  # kept: nine slices a step cost the host more than the rest of its bookkeeping
+            self.row_views[width] = self.rows.view(0, width)
+        rows, cache = self.row_views[width], self.cache_view(width, span)
         rows.span = span
         self._flags(rows)
         sync = self._sync if profile else (lambda: None)
@@ -396,8 +400,10 @@ class Engine:
     def _uniforms(self, start: int, n: int, width: int) -> torch.Tensor:
         """Uniforms [n, width] for rows start..: zeros when every row is greedy (they are unused),
         a row's own generator when it has a seed."""
-        if not self.rows.sampling:
-            return torch.zeros(n, width, device=self.device)
+        if not self.rows.sampling:  # the same zeros every step: nothing to allocate or fill
+            if (n, width) not in self.no_draws:
+                self.no_draws[n, width] = torch.zeros(n, width, device=self.device)
+            return self.no_draws[n, width]
         u = torch.rand(n, width, device=self.device, generator=self.gen)
         for slot, g in self.row_gens.items():
             if start <= slot < start + n:
