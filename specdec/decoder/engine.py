@@ -264,9 +264,7 @@ class Engine:
         # every position this step reads (the verify block, the proposer's own) is below `need`
         need = max(self.committed.values()) + (1 if self.proposer is None else k + 1)
         span = self.span(need)
-        if width not in self.row_views:  # kept: nine slices a step cost the host more than the rest of its bookkeeping
-            self.row_views[width] = self.rows.view(0, width)
-        rows, cache = self.row_views[width], self.cache_view(width, span)
+        rows, cache = self.row_view(width), self.cache_view(width, span)
         rows.span = span
         self._flags(rows)
         sync = self._sync if profile else (lambda: None)
@@ -369,6 +367,13 @@ class Engine:
         if self.graph_mode is None:
             return top
         return min(self.capacity, 1 << (top - 1).bit_length())
+
+    def row_view(self, width: int) -> Rows:
+        """The rows 0..width-1, kept per width: slicing each of the rows' tensors anew every step was about a
+        third of the host's bookkeeping (benchmarks/cpu_host_step.py)."""
+        if width not in self.row_views:
+            self.row_views[width] = self.rows.view(0, width)
+        return self.row_views[width]
 
     def cache_view(self, width: int, span: int) -> KVCache:
         """The target cache's rows 0..width-1 read up to span. Under graphs the few views are kept:
