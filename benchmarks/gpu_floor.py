@@ -245,7 +245,7 @@ def step_row(model: Transformer, plan: Plan, bw: float, batch: int, cache: int, 
     if engine.running or len(engine.graphs.captured) != 1:
         raise RuntimeError(f"expected finished rows and one capture, got {engine.running} and "
                            f"{list(engine.graphs.captured)}")
-    (name, span, _), graph = next(iter(engine.graphs.captured.items()))
+    (name, span, *_), graph = next(iter(engine.graphs.captured.items()))
     t = timed(replay_of(graph), plan)
     live = weight_bytes(model) + batch * plan.context * kv_bytes_per_token(model)
     read = weight_bytes(model) + batch * span * kv_bytes_per_token(model)
@@ -282,8 +282,8 @@ def loop_plain(model: Transformer, plan: Plan, compile: bool, store: dict) -> di
     res = engine.generate([prompt], max_new_tokens=plan.new_tokens, stop_at_eos=False)
     loop = decode_loop(engine, prompt, plan.new_tokens, plan)
     prof = engine.generate([prompt], max_new_tokens=plan.new_tokens, stop_at_eos=False, profile=True)
-    spans = sorted({span for _, span, _ in engine.graphs.captured})
-    graph = next(g for (name, span, _), g in engine.graphs.captured.items() if span == spans[-1])
+    spans = sorted({span for _, span, *_ in engine.graphs.captured})
+    graph = next(g for (name, span, *_), g in engine.graphs.captured.items() if span == spans[-1])
     t_graph = timed(replay_of(graph), plan)  # the row has ended: replays change nothing
     store.update(prompt=prompt, tokens=res.tokens[0], graph_ms=t_graph * 1e3)
     if compile:

@@ -9,6 +9,9 @@ For the Llama-3.2-1B and Llama-3.1-8B shapes (random bf16 weights, 512 tokens of
              the L2 cache: cuBLAS (F.linear), a compiled reduction, and a small Triton GEMV
   variants   the engine's graphed plain step with each candidate swapped in, with and without
              torch.compile (and inductor's coordinate-descent tuning)
+  compiled   torch.profiler over a compiled plain step (--compiled-variants), by kernel
+  host       the decode loop's time outside the graph at batch 1: replays with and without the step's
+             one sync, the host's calls alone, and cProfile of the loop by function
 Results go to one JSON and a log beside it, rewritten after each measurement (an error is recorded
 and the rest go on).
 
@@ -31,7 +34,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpu_bench import cuda_time  # noqa: E402
-from gpu_floor import Plan, Run, build, bundle_of, copy_bandwidth, random_prompts, step_row  # noqa: E402
+from gpu_floor import Plan, Run, build, bundle_of, copy_bandwidth, decode_loop, random_prompts, step_row  # noqa: E402
 
 import specdec.decoder.cuda_graphs as graphs_mod  # noqa: E402
 import specdec.decoder.model as model_mod  # noqa: E402
@@ -50,6 +53,19 @@ def manual_attention(q, k, v, attn_mask=None, **kw):
     if attn_mask is not None:
         s = s.masked_fill(~attn_mask, float("-inf"))
     return (s.float().softmax(-1).to(q.dtype)) @ v
+
+
+def reduction_attention(q, k, v, mask):
+    """Decode attention as multiply-and-sum reductions (as model.Linear's one row), for inductor to fuse:
+    q [B, h, Tq, D], k, v [B, h, S, D], mask [B, 1, Tq, S] -> [B, h, Tq, D]."""
+    if not torch.compiler.is_compiling():
+        return model_attention(q, k, v, mask)
+    s = (q.float().unsqueeze(-2) * k.float().unsqueeze(-3)).sum(-1) * q.shape[-1] ** -0.5  # [B, h, Tq, S]
+    p = s.masked_fill(~mask, float("-inf")).softmax(-1)
+    return (p.unsqueeze(-1) * v.float().unsqueeze(-3)).sum(-2).to(q.dtype)  # [B, h, Tq, D]
+
+
+model_attention = model_mod.attention
 
 
 try:
@@ -88,15 +104,19 @@ class Swap:
     """Swap the readable paths back in (or a candidate) for the duration of a measurement."""
 
     def __init__(self, attention=None, linear=None, sdpa=False, cublas=False, sampling_path=False, cdt=False,
-                 inductor=None):
+                 inductor=None, decode_attention=None):
         self.attention, self.linear, self.sdpa, self.cublas = attention, linear, sdpa, cublas
         self.sampling_path, self.cdt, self.inductor = sampling_path, cdt, inductor
+        self.decode_attention = decode_attention
 
     def __enter__(self):
         import torch._inductor.config as ic
         self.saved = (F.scaled_dot_product_attention, F.linear, model_mod.DECODE_ROWS, model_mod.Linear.forward,
-                      step_mod.Rows.sampling, ic.coordinate_descent_tuning, graphs_mod.INDUCTOR_OPTIONS)
+                      step_mod.Rows.sampling, ic.coordinate_descent_tuning, graphs_mod.INDUCTOR_OPTIONS,
+                      model_mod.attention)
         graphs_mod.INDUCTOR_OPTIONS = {"coordinate_descent_tuning": self.cdt, **(self.inductor or {})}
+        if self.decode_attention:
+            model_mod.attention = self.decode_attention
         if self.attention:
             F.scaled_dot_product_attention = self.attention
         if self.linear:
@@ -112,7 +132,8 @@ class Swap:
     def __exit__(self, *a):
         import torch._inductor.config as ic
         (F.scaled_dot_product_attention, F.linear, model_mod.DECODE_ROWS, model_mod.Linear.forward,
-         step_mod.Rows.sampling, ic.coordinate_descent_tuning, graphs_mod.INDUCTOR_OPTIONS) = self.saved
+         step_mod.Rows.sampling, ic.coordinate_descent_tuning, graphs_mod.INDUCTOR_OPTIONS,
+         model_mod.attention) = self.saved
         torch._dynamo.reset()
 
 
@@ -228,6 +249,7 @@ def matmul_bench(model, bw: float) -> dict:
     return out
 
 
+PARTS = ("kernels", "attention", "matmul", "variants", "compiled", "host")
 VARIANTS = {  # name: (Swap kwargs, compile, width)
     "graph": ({}, False, 1),
     "graph, as before (sdpa, sampling path)": ({"sdpa": True, "sampling_path": True}, False, 1),
@@ -237,6 +259,11 @@ VARIANTS = {  # name: (Swap kwargs, compile, width)
     "compile+cdt, verify w=4": ({"cdt": True}, True, 4),
     "compile+cdt, realize_opcount 8": ({"cdt": True, "inductor": {"realize_opcount_threshold": 8}}, True, 1),
     "compile+cdt, realize_opcount 16": ({"cdt": True, "inductor": {"realize_opcount_threshold": 16}}, True, 1),
+    "compile+cdt, realize_opcount 8, thorough": ({"cdt": True, "inductor": {
+        "realize_opcount_threshold": 8, "coordinate_descent_check_all_directions": True,
+        "coordinate_descent_search_radius": 2, "autotune_local_cache": False}}, True, 1),  # tuned afresh
+    "compile+cdt, realize_opcount 8, attention as reductions": ({"cdt": True, "inductor": {
+        "realize_opcount_threshold": 8}, "decode_attention": reduction_attention}, True, 1),
 }
 
 
@@ -251,12 +278,17 @@ def variant(model, plan: Plan, bw: float, name: str) -> dict:
         return step_row(model, plan, bw, 1, 1024, width, compile)
 
 
-def compiled_kernels(model, plan: Plan, cdt: bool, steps: int = 8) -> dict:
-    """torch.profiler over the compiled forward of one decode position (no graph), by kernel."""
+def compiled_kernels(model, plan: Plan, name: str, steps: int = 8) -> dict:
+    """torch.profiler over the compiled forward of one decode position (no graph), by kernel, with the
+    compiled variant `name`'s swaps and inductor options."""
+    import torch._inductor.config as ic
+    kw, compile, width = VARIANTS[name]
+    if not compile or width != 1:
+        raise ValueError(f"{name!r} is not a compiled plain step")
     cache = KVCache.for_model(model, 1, 1024).rows(0, 1, 1024)
     ids = torch.zeros(1, 1, dtype=torch.long, device="cuda")
     pos = torch.full((1, 1), plan.context, device="cuda")
-    with Swap(cdt=cdt):
+    with Swap(**kw), ic.patch(kw.get("inductor", {})):
         fwd = torch.compile(lambda i, p: model(i, p, cache)[0].argmax(-1), dynamic=False)
         for _ in range(3):
             fwd(ids, pos)
@@ -266,6 +298,67 @@ def compiled_kernels(model, plan: Plan, cdt: bool, steps: int = 8) -> dict:
     return {"graph_us": graphed * 1e6, **found}
 
 
+def host_split(model, plan: Plan, loops: int = 3) -> dict:
+    """Where a batch-1 plain step's time outside its graph goes (graphs, not compiled): the decode loop's
+    time per step; the graph replayed back to back; replayed with the step's one sync after each (the
+    least a loop that reads every step's tokens can cost); the host's calls alone; cProfile by function."""
+    import cProfile
+    import pstats
+    prompt = random_prompts(model.config.vocab_size, 1, plan.context)[0]
+    engine = Engine(bundle_of(model, "random"), "ar", max_batch=1, max_len=1024, cuda_graphs="on")
+    engine.generate([prompt], max_new_tokens=16, stop_at_eos=False)  # captures the context's bucket
+    loop = [decode_loop(engine, prompt, plan.new_tokens, plan)["ms_per_step"] for _ in range(loops)]
+    (key, graph), = [(k, g) for k, g in engine.graphs.captured.items() if k[0] == "plain"][-1:]
+    out = graph.static_out
+
+    def wall_per_call(fn, n=100) -> float:
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        torch.cuda.synchronize()
+        return (time.perf_counter() - t0) / n
+
+    t_graph = graph_time_replays(graph.graph)
+    t_sync = wall_per_call(lambda: (graph.graph.replay(), out.tolist()))
+    launch, readout = [], []
+    for _ in range(50):  # host time of each call alone, the device idle before it
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        graph.graph.replay()
+        launch.append(time.perf_counter() - t0)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        out.tolist()
+        readout.append(time.perf_counter() - t0)
+    prof = cProfile.Profile()
+    prof.enable()
+    steps = decode_loop(engine, prompt, plan.new_tokens, plan)["steps"]
+    prof.disable()
+    st = pstats.Stats(prof)
+    top = sorted(((tt, nc, f"{Path(f).name}:{ln}({fn})") for (f, ln, fn), (cc, nc, tt, ct, _) in st.stats.items()),
+                 reverse=True)[:25]
+    ms = min(loop)
+    return {"key": str(key), "loop_ms_per_step": loop, "graph_ms": t_graph * 1e3, "replay_and_sync_ms": t_sync * 1e3,
+            "outside_fraction": ms / (t_graph * 1e3) - 1, "sync_floor_fraction": t_sync / t_graph - 1,
+            "launch_us": sorted(launch)[len(launch) // 2] * 1e6, "readout_idle_us": sorted(readout)[len(readout) // 2] * 1e6,
+            "cprofile_top_us_per_step": [{"us": round(tt / steps * 1e6, 2), "calls": round(nc / steps, 2), "fn": name}
+                                         for tt, nc, name in top]}
+
+
+def graph_time_replays(graph, iters: int = 50) -> float:
+    """Seconds per replay of a captured graph, replays back to back (CUDA events)."""
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        graph.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3 / iters
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True)
@@ -273,10 +366,17 @@ def main(argv=None) -> int:
     p.add_argument("--shapes", default="8b,1b")
     p.add_argument("--parts", default="variants,compiled")
     p.add_argument("--variants", default=";".join(VARIANTS), help="names of VARIANTS, separated by ';'")
+    p.add_argument("--compiled-variants", default="compile+cdt",
+                   help="the compiled plain-step VARIANTS whose kernels the part 'compiled' lists, separated by ';'")
     args = p.parse_args(argv)
     variants = [v.strip() for v in args.variants.split(";")]
-    if unknown := [v for v in variants if v not in VARIANTS]:  # before the run, not after its first half
+    compiled_variants = [v.strip() for v in args.compiled_variants.split(";")]
+    if unknown := [v for v in variants + compiled_variants if v not in VARIANTS]:  # before the run, not after half
         p.error(f"unknown variant {unknown[0]!r}; choose from {'; '.join(VARIANTS)}")
+    if not_plain := [v for v in compiled_variants if not VARIANTS[v][1] or VARIANTS[v][2] != 1]:
+        p.error(f"--compiled-variants takes compiled plain steps; {not_plain[0]!r} is not one")
+    if unknown_parts := set(args.parts.split(",")) - set(PARTS):
+        p.error(f"unknown part {sorted(unknown_parts)[0]!r}; choose from {', '.join(PARTS)}")
     torch.set_grad_enabled(False)
     torch._dynamo.config.recompile_limit = 256
     plan = Plan()
@@ -299,6 +399,11 @@ def main(argv=None) -> int:
         if "matmul" in parts:
             run.measure("matmul", {"shape": shape}, lambda: matmul_bench(m, bw), need_s=30)
         del models[shape], m
+    if "host" in parts:
+        for shape in args.shapes.split(","):
+            m = build(plan.shapes[shape], plan)
+            run.measure("host", {"shape": shape}, lambda: host_split(m, plan), need_s=15)
+            del m
     if "variants" in parts:
         for shape in args.shapes.split(","):
             m = build(plan.shapes[shape], plan)
@@ -310,8 +415,9 @@ def main(argv=None) -> int:
     if "compiled" in parts:
         for shape in args.shapes.split(","):
             m = build(plan.shapes[shape], plan)
-            run.measure("compiled_kernels", {"shape": shape, "cdt": True},
-                        lambda: compiled_kernels(m, plan, True), need_s=80 if shape == "8b" else 50)
+            for name in compiled_variants:
+                run.measure("compiled_kernels", {"shape": shape, "variant": name, "cdt": VARIANTS[name][0].get("cdt")},
+                            lambda: compiled_kernels(m, plan, name), need_s=80 if shape == "8b" else 50)
             del m
     run.save()
     return 0

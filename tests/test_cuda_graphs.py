@@ -34,9 +34,9 @@ def test_emulated_graphs_match_eager_for_every_proposer(tiny_bundle, code_prompt
     assert run_all(twins, code_prompts) == eager  # and back: each width keeps its graphs over the same caches
     for e in twins.values():
         assert len(e.graphs.captured) > 0 and all(isinstance(g, EmulatedGraph) for g in e.graphs.captured.values())
-        assert {shapes[0][0] for _, _, shapes in e.graphs.captured} == {1, 4}  # one capture per width
+        assert {rows for _, _, rows, _ in e.graphs.captured if rows} == {1, 4}  # one capture per width
         # alone, the 9-token prompt starts in the bucket of 16; at batch 4 the 23-token one ends past 32
-        assert {16, 32, 64} <= {span for name, span, _ in e.graphs.captured if name in ("plain", "verify")}
+        assert {16, 32, 64} <= {span for name, span, _, _ in e.graphs.captured if name in ("plain", "verify")}
 
 
 def test_graphs_belong_to_their_proposer(tiny_bundle, code_prompts):
@@ -59,7 +59,7 @@ def test_graphs_that_read_every_slot_decode_the_same(tiny_bundle, code_prompts):
         eager = Engine(tiny_bundle, m, k=3, cuda_graphs="off").generate(code_prompts, max_new_tokens=24).tokens
         whole = Engine(tiny_bundle, m, k=3, cuda_graphs="emulate", min_span=2048)
         assert whole.generate(code_prompts, max_new_tokens=24).tokens == eager, m
-        assert {span for _, span, _ in whole.graphs.captured if span} == {whole.max_len} == {2048}
+        assert {span for _, span, _, _ in whole.graphs.captured if span} == {whole.max_len} == {2048}
 
 
 def test_the_host_bound_covers_every_position_a_step_reads(tiny_bundle, code_prompts, monkeypatch):
@@ -127,7 +127,7 @@ def test_compile_inside_the_bucketed_graphs_traces_each_capture_whole(tiny_bundl
         eager = Engine(tiny_bundle, m, k=3, cuda_graphs="off").generate(prompts, max_new_tokens=40).tokens
         e = Engine(tiny_bundle, m, k=3, cuda_graphs="emulate", compile=True, min_span=8)
         assert e.generate(prompts, max_new_tokens=40).tokens == eager, m
-        assert len({span for _, span, _ in e.graphs.captured}) >= 2  # crossed a bucket
+        assert len({span for _, span, _, _ in e.graphs.captured}) >= 2  # crossed a bucket
         captures += len(e.graphs.captured)
     assert len(traced) == captures
 
@@ -208,4 +208,4 @@ def test_compiled_steps_in_bucketed_cuda_graphs_match_eager_on_gpu(code_prompts)
         eager = Engine(bundle, m, k=3, cuda_graphs="off").generate(prompts, max_new_tokens=40).tokens
         e = Engine(bundle, m, k=3, cuda_graphs="on", compile=True, min_span=16)
         assert e.generate(prompts, max_new_tokens=40).tokens == eager, m
-        assert len({span for _, span, _ in e.graphs.captured}) >= 2
+        assert len({span for _, span, _, _ in e.graphs.captured}) >= 2

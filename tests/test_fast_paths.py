@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 
 import specdec.decoder.model as model_mod
-from specdec.decoder.engine import Engine
+from specdec.decoder.cuda_graphs import INDUCTOR_OPTIONS
+from specdec.decoder.engine import Engine, SamplingParams
 from specdec.decoder.kv_cache import KVCache
 from specdec.decoder.model import Linear, attention, attention_mask
 
@@ -91,12 +92,35 @@ def test_a_graph_captured_greedy_is_not_replayed_for_sampling_rows(tiny_bundle, 
                                                                              temperature=1.0, seed=3).tokens
         assert sampled == eager != greedy
         step = "plain" if method == "ar" else "verify"
-        assert {name for name, _, _ in e.graphs.captured} == {step, f"{step}/top", f"{step}/sample"}
+        assert {name for name, *_ in e.graphs.captured} == {step, f"{step}/top", f"{step}/sample"}
+        # greedy steps read no uniforms, so none is copied into their graph; sampling steps take them
+        uniforms = {name: shapes[-1] for name, _, _, shapes in e.graphs.captured}
+        assert uniforms[step] is None and uniforms[f"{step}/sample"] == ((4,) if method == "ar" else (4, 4))
+
+
+def test_the_step_readout_is_one_tensor_the_host_copies_once(tiny_bundle, code_prompts, monkeypatch):
+    """The captured step returns what the host needs (count, accept_length, done, emitted, drafts) in one tensor:
+    each step reads that output of its graph with one .tolist() call, and builds nothing to read outside it."""
+    reads = []
+    real = torch.Tensor.tolist
+    monkeypatch.setattr(torch.Tensor, "tolist", lambda t: reads.append((tuple(t.shape), t.data_ptr())) or real(t))
+    for method, width in (("ar", 1), ("mtp", 4)):
+        e = Engine(tiny_bundle, method, k=3, cuda_graphs="emulate")
+        e.admit(code_prompts, SamplingParams(max_new_tokens=16))
+        reads.clear()
+        steps = 0
+        while e.running:
+            e.step()
+            steps += 1
+        assert [shape for shape, _ in reads] == [(4, 3 + width + (width - 1))] * steps, (method, reads[:3])
+        outputs = {(g.static_out if method == "ar" else g.static_out[0]).data_ptr() for g in e.graphs.captured.values()}
+        assert {ptr for _, ptr in reads} <= outputs
 
 
 def test_a_compiled_batch1_step_takes_the_fast_paths_and_decodes_as_eager(tiny_bundle, code_prompts, monkeypatch):
     """compile=True at one row: the whole step traced (fullgraph) through `Linear`'s one-row reduction, with
-    inductor's options (coordinate-descent tuning) set while it compiles and not after; the tokens are eager's."""
+    inductor's options (coordinate-descent tuning, the realize threshold) set while it compiles and not after;
+    the tokens are eager's."""
     import torch._dynamo
     import torch._inductor.config as inductor_config
 
@@ -104,7 +128,7 @@ def test_a_compiled_batch1_step_takes_the_fast_paths_and_decodes_as_eager(tiny_b
     traced, real_compile = [], torch.compile
 
     def record(gm, example_inputs):  # a backend that runs the traced graph as is (no inductor in a CPU test)
-        traced.append((inductor_config.coordinate_descent_tuning, gm.code))
+        traced.append(({k: getattr(inductor_config, k) for k in INDUCTOR_OPTIONS}, gm.code))
         return gm.forward
 
     monkeypatch.setattr(torch, "compile", lambda fn, **kw: real_compile(fn, backend=record, fullgraph=True, **kw))
@@ -112,7 +136,8 @@ def test_a_compiled_batch1_step_takes_the_fast_paths_and_decodes_as_eager(tiny_b
     e = Engine(tiny_bundle, "ar", cuda_graphs="emulate", compile=True, min_span=8)
     assert e.generate(code_prompts[:1], max_new_tokens=24).tokens == eager
     assert len(traced) == len(e.graphs.captured) >= 2  # a capture per KV bucket, each compiled once
-    assert all(tuned for tuned, _ in traced) and not inductor_config.coordinate_descent_tuning
+    assert all(options == INDUCTOR_OPTIONS for options, _ in traced)
+    assert {k: getattr(inductor_config, k) for k in INDUCTOR_OPTIONS} != INDUCTOR_OPTIONS  # put back after
     # a greedy plain step sums nothing but in the one-row projections, every one of the target's Linear layers
     n_linear = sum(isinstance(m, Linear) for m in tiny_bundle.target.modules())
     assert all(code.count(".sum(") == n_linear for _, code in traced), [c.count(".sum(") for _, c in traced]

@@ -39,3 +39,12 @@ def test_every_swap_is_put_back():
         assert rows.sampling  # the sampling path, whatever the engine sets
     assert saved == (model_mod.DECODE_ROWS, model_mod.Linear.forward, Rows.sampling, graphs_mod.INDUCTOR_OPTIONS,
                      torch.nn.functional.linear, inductor_config.coordinate_descent_tuning)
+
+
+def test_an_unknown_part_or_a_compiled_variant_that_is_not_a_plain_step_is_refused(tmp_path):
+    for extra, said in ((["--parts", "host,hosts"], "unknown part 'hosts'"),
+                        (["--parts", "compiled", "--compiled-variants", "graph"], "'graph' is not one")):
+        proc = subprocess.run([sys.executable, str(BENCH / "gpu_profile.py"), "--out", str(tmp_path / "p.json"), *extra],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2 and said in proc.stderr, proc.stderr
+    assert not list(tmp_path.iterdir())

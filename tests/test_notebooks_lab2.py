@@ -77,6 +77,8 @@ def test_lecture_runs(tmp_path, inline_plots):
     # section 14 reads the committed H200 profile: the matmuls' share, and a verify step against a plain one
     assert re.search(r"your guess for the matmuls' share: None; measured: 0\.\d\d \(\S+ ms, \S+x the floor\)", out), out
     assert re.search(r"a compiled verify of 4 positions \S+ ms = 1\.\d\d plain steps", out)
+    assert re.search(r"later, with SiLU\(gate\) x up in a buffer of its own: the compiled step \d\.\d\d ms \(1\.\d\dx the floor\); "
+                     r"SGLang on the same GPU: \d\.\d\d ms per token", out), out
 
 
 def assert_sampling_summary(out):

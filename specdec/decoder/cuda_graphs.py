@@ -15,10 +15,13 @@ from typing import Callable
 
 import torch
 
-# What inductor is told when it compiles a step: tune each reduction's tile sizes by coordinate descent.
-# The one-row matmuls of model.Linear are such reductions; untuned, an 8B step took 6.1 ms instead of 4.8
-# (docs/results.md, section 13). Tuning costs compile time: about a minute per capture of the 8B step.
-INDUCTOR_OPTIONS = {"coordinate_descent_tuning": True}
+# What inductor is told when it compiles a step (docs/results.md, section 13):
+# - tune each reduction's tile sizes by coordinate descent. The one-row matmuls of model.Linear are such
+#   reductions; untuned, an 8B step took 6.1 ms instead of 4.8. It costs about a minute per 8B capture.
+# - keep SiLU(gate) * up in a buffer of its own. Otherwise inductor folds it into the down projection's
+#   reduction, which then recomputes it for every output row: 58 M sigmoids a layer on the 8B shape.
+#   A lower threshold of operations for such a broadcast input realizes it (8B step 5.35 -> 4.63 ms).
+INDUCTOR_OPTIONS = {"coordinate_descent_tuning": True, "realize_opcount_threshold": 8}
 
 
 class GraphedStep:
@@ -123,7 +126,8 @@ class Graphs:
     mode None runs fn eagerly; "cuda" captures a CUDA graph on first use; "emulate" the CPU twin.
     Arguments that are None stay out of the graph (its key records where they were). `span` is the
     number of cache slots fn's attention reads (KVCache.bound): a graph bakes it in, so it is part
-    of the key.
+    of the key, with the number of rows in `state` (a greedy plain step may have no tensor argument).
+    Keys: (name, span, rows, argument shapes).
     """
 
     def __init__(self, mode: str | None, pool=None, compile: bool = False):
@@ -136,7 +140,7 @@ class Graphs:
         if self.mode is None:
             return fn(*args)
         tensors = tuple(a for a in args if a is not None)
-        key = (name, span, tuple(None if a is None else tuple(a.shape) for a in args))
+        key = (name, span, len(state[0]) if state else None, tuple(None if a is None else tuple(a.shape) for a in args))
         if key not in self.captured:
             def on_tensors(*ts):
                 it = iter(ts)

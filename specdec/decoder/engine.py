@@ -27,7 +27,7 @@ from specdec.decoder.proposers import (
     NgramProposer,
     Proposer,
 )
-from specdec.decoder.step import Rows, commit, plain_step, verify
+from specdec.decoder.step import Rows, commit, plain_step, readout, verify
 from specdec.decoder.verify import sample
 from specdec.sim.stats import AcceptanceStats
 
@@ -270,26 +270,24 @@ class Engine:
         sync = self._sync if profile else (lambda: None)
         t0 = time.perf_counter()
         if self.proposer is None:
-            u = self._uniforms(0, width, 1)
-            emitted, count = self.graphs("plain" + self._rule(rows), lambda u_: plain_step(self.target, cache, rows, u_),
-                                         u[:, 0], state=rows.tensors(), span=span)
-            accept_length, drafts, t1 = torch.full_like(count, -1), emitted[:, :0], t0
+            # greedy rows read no uniforms: None keeps them out of the step (no copy into a graph's input)
+            u = self._uniforms(0, width, 1)[:, 0] if rows.sampling else None
+            host = self.graphs("plain" + self._rule(rows), lambda u_: self._plain(cache, rows, u_), u,
+                               state=rows.tensors(), span=span)
+            t1 = t0
         else:
             u = self._uniforms(0, width, 2 * k + 1)
             drafts, q = self.proposer.propose(rows, k, u[:, k + 1:])  # [B, k], [B, k, V] | None
             sync()
             t1 = time.perf_counter()
-            emitted, count, accept_length, hidden = self.graphs(
-                "verify" + self._rule(rows),
-                lambda d, q_, u_: verify(self.target, cache, rows, d, q_, u_), drafts, q, u[:, : k + 1],
-                state=rows.tensors(), span=span)
+            host, count, hidden = self.graphs(
+                "verify" + self._rule(rows), lambda d, q_, u_: self._verify(cache, rows, d, q_, u_), drafts, q,
+                u[:, : k + 1] if rows.sampling or q is not None else None, state=rows.tensors(), span=span)
             self.proposer.accepted(rows, hidden, count)
         sync()
         t2 = time.perf_counter()
-        # the one sync of a step: what the host needs to know
-        W = emitted.shape[1]
-        host = torch.cat([count.unsqueeze(1), accept_length.unsqueeze(1), rows.done.long().unsqueeze(1), emitted,
-                          drafts], 1).tolist()
+        host = host.tolist()  # the one sync of a step: what the host needs to know
+        W = 1 if self.proposer is None else k + 1
         updates = []
         for slot in list(self.params):
             n, acc, done, toks, guessed = *host[slot][:3], host[slot][3:3 + W], host[slot][3 + W:]
@@ -302,6 +300,17 @@ class Engine:
         self.times["verify"] += t2 - t1
         self.times["host"] += time.perf_counter() - t2
         return updates
+
+    def _plain(self, cache: KVCache, rows: Rows, u: torch.Tensor | None) -> torch.Tensor:
+        """A plain step and its readout (accept_length -1: nothing was proposed)."""
+        emitted, count = plain_step(self.target, cache, rows, u)
+        return readout(rows, count, torch.full_like(count, -1), emitted, emitted[:, :0])
+
+    def _verify(self, cache: KVCache, rows: Rows, drafts: torch.Tensor, q: torch.Tensor | None,
+                u: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A verify step: its readout, and the count and hidden states the proposer learns from."""
+        emitted, count, accept_length, hidden = verify(self.target, cache, rows, drafts, q, u)
+        return readout(rows, count, accept_length, emitted, drafts), count, hidden
 
     # -- a whole batch, start to finish ----------------------------------------------------------
     def generate(self, prompts: list[list[int]], max_new_tokens: int = 64, temperature: float = 0.0,

@@ -83,9 +83,16 @@ def commit(rows: Rows, cache: KVCache, emitted: torch.Tensor, n_emitted: torch.T
     return count
 
 
-def plain_step(target, cache: KVCache, rows: Rows, u: torch.Tensor):
-    """Plain decoding: the target reads each row's pending token and samples the next, u [B].
-    Returns emitted [B, 1] and count [B]."""
+def readout(rows: Rows, count: torch.Tensor, accept_length: torch.Tensor, emitted: torch.Tensor,
+            drafts: torch.Tensor) -> torch.Tensor:
+    """What the host learns from a step, in one tensor [B, 3 + W + k]: count, accept_length, done, the
+    emitted [B, W] and the drafts [B, k]. Built inside the step, so the step's one sync is one copy."""
+    return torch.cat([count.unsqueeze(1), accept_length.unsqueeze(1), rows.done.long().unsqueeze(1), emitted, drafts], 1)
+
+
+def plain_step(target, cache: KVCache, rows: Rows, u: torch.Tensor | None):
+    """Plain decoding: the target reads each row's pending token and samples the next, u [B]
+    (None when every row is greedy). Returns emitted [B, 1] and count [B]."""
     pos = rows.lengths.unsqueeze(1)  # [B, 1]: the pending token's position
     logits, _ = target(rows.tokens.gather(1, pos), pos, cache)  # writes its key and value
     if rows.sampling:
@@ -95,9 +102,11 @@ def plain_step(target, cache: KVCache, rows: Rows, u: torch.Tensor):
     return emitted, commit(rows, cache, emitted, torch.ones_like(rows.n_new))
 
 
-def verify(target, cache: KVCache, rows: Rows, drafts: torch.Tensor, q: torch.Tensor | None, u: torch.Tensor):
+def verify(target, cache: KVCache, rows: Rows, drafts: torch.Tensor, q: torch.Tensor | None,
+           u: torch.Tensor | None):
     """Verify drafts [B, k] (drawn from q [B, k, V], or deterministic: None) in one target forward
-    over [pending, d1..dk] at each row's next k+1 positions, then commit; u [B, k+1].
+    over [pending, d1..dk] at each row's next k+1 positions, then commit; u [B, k+1] (None when every
+    row is greedy and q is None).
     Returns emitted [B, k+1], count [B], accept_length [B] and the target's hidden [B, k+1, H]."""
     k = drafts.shape[1]
     pos = cache.positions(k + 1)  # [B, k+1]
