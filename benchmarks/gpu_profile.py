@@ -308,7 +308,7 @@ def host_split(model, plan: Plan, loops: int = 3) -> dict:
     engine = Engine(bundle_of(model, "random"), "ar", max_batch=1, max_len=1024, cuda_graphs="on")
     engine.generate([prompt], max_new_tokens=16, stop_at_eos=False)  # captures the context's bucket
     loop = [decode_loop(engine, prompt, plan.new_tokens, plan)["ms_per_step"] for _ in range(loops)]
-    (key, graph), = [(k, g) for k, g in engine.graphs.captured.items() if k[0] == "plain"][-1:]
+    key, graph = [(k, g) for k, g in engine.graphs.captured.items() if k[0] == "plain"][-1]
     out = graph.static_out
 
     def wall_per_call(fn, n=100) -> float:
@@ -319,7 +319,7 @@ def host_split(model, plan: Plan, loops: int = 3) -> dict:
         torch.cuda.synchronize()
         return (time.perf_counter() - t0) / n
 
-    t_graph = graph_time_replays(graph.graph)
+    t_graph = cuda_time(graph.graph.replay, iters=50)  # replays back to back
     t_sync = wall_per_call(lambda: (graph.graph.replay(), out.tolist()))
     launch, readout = [], []
     for _ in range(50):  # host time of each call alone, the device idle before it
@@ -344,19 +344,6 @@ def host_split(model, plan: Plan, loops: int = 3) -> dict:
             "launch_us": sorted(launch)[len(launch) // 2] * 1e6, "readout_idle_us": sorted(readout)[len(readout) // 2] * 1e6,
             "cprofile_top_us_per_step": [{"us": round(tt / steps * 1e6, 2), "calls": round(nc / steps, 2), "fn": name}
                                          for tt, nc, name in top]}
-
-
-def graph_time_replays(graph, iters: int = 50) -> float:
-    """Seconds per replay of a captured graph, replays back to back (CUDA events)."""
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        graph.replay()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / 1e3 / iters
 
 
 def main(argv=None) -> int:
