@@ -116,7 +116,7 @@ def test_stop_strings_end_the_text_before_them(server, alone, tiny_bundle):
 
 def test_openai_streams_with_usage(server, alone, tiny_bundle):
     url, _ = server
-    want = tiny_bundle.tokenizer.decode(alone[PROMPTS[2]])
+    want = tiny_bundle.tokenizer.decode(alone[PROMPTS[2]], skip_special_tokens=True)  # as SGLang
     for path, body, chat in (
             ("/v1/completions", {"prompt": PROMPTS[2]}, False),
             ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}, True)):
@@ -178,15 +178,20 @@ def malformed(url: str) -> list[tuple[str, dict]]:
         (gen, js({"text": "a", "sampling_params": {"stop": 7}})),
         (gen, js({"text": "a", "sampling_params": {"seed": -3}})),
         (gen, js({"text": "a", "sampling_params": {"frequency_penalty": 0.5}})),
-        (gen, js({"text": "a", "sampling_params": {"no_such_param": 1}})),
+        (gen, js({"text": "a", "sampling_params": {"n": 0}})),
+        (gen, js({"text": "a", "return_logprob": True})),
         (gen, js({"text": "a", "sampling_params": []})), (gen, js({"text": "a", "stream": "yes"})),
-        (gen, js({"text": "a", "surprise": 1})), (gen, js({"text": ["a", "b"], "stream": True})),
+        (gen, js({"text": "a", "rid": 5})), (gen, js({"text": ["a", 3]})),
         (gen, js({"input_ids": list(range(600))})),  # longer than the context
         (comp, js({})), (comp, js({"prompt": 3})), (comp, js({"prompt": "a", "max_tokens": 0})),
-        (comp, js({"prompt": "a", "n": 2})), (comp, js({"prompt": "a", "logprobs": 3})),
-        (comp, js({"prompt": "a", "stream_options": 1})), (comp, js({"prompt": "a", "unknown": True})),
+        (comp, js({"prompt": "a", "n": 0})), (comp, js({"prompt": "a", "logprobs": 3})),
+        (comp, js({"prompt": "a", "stream_options": 1})), (comp, js({"prompt": []})),
+        (comp, js({"prompt": "a", "echo": "yes"})), (comp, js({"prompt": ["a", ""]})),
         (chat, js({})), (chat, js({"messages": []})), (chat, js({"messages": [{"role": "user"}]})),
         (chat, js({"messages": "hi"})), (chat, js({"messages": [{"role": "user", "content": 1}]})),
+        (chat, js({"messages": [{"role": "user", "content": None}]})),
+        (chat, js({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]})),
+        (chat, js({"messages": [{"role": "wizard", "content": "hi"}]})),
     ]
     return cases
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import itertools
 import threading
 import time
@@ -30,6 +31,7 @@ class Request:
     stream: bool = True  # send progress after every step (else only the final state)
     rid: str = ""
     arrived: float = field(default_factory=time.monotonic)
+    probe: bool = False  # a /health_generate probe: kept out of the counters, as SGLang keeps its probes
 
 
 @dataclass
@@ -45,6 +47,7 @@ class Progress:
     first_token_at: float | None = None
     finished_at: float | None = None
     new_tokens: int = 0  # how many of output_ids arrived with this event
+    admitted_at: float | None = None  # when it left the queue for a row (meta_info's queue_time)
 
 
 class Handle:
@@ -177,9 +180,10 @@ class Scheduler:
             return
         with self.cv:
             for h, up in zip(handles, updates):
-                self.rows[up.slot] = (h, Progress())
-                self.counters["requests"] += 1
-                self.counters["prompt_tokens"] += len(h.request.prompt_ids)
+                self.rows[up.slot] = (h, Progress(admitted_at=time.monotonic()))
+                if not h.request.probe:
+                    self.counters["requests"] += 1
+                    self.counters["prompt_tokens"] += len(h.request.prompt_ids)
         for up in updates:
             self._deliver(up)
 
@@ -201,15 +205,16 @@ class Scheduler:
         p.first_token_at = p.first_token_at or now
         p.output_ids += up.tokens
         p.new_tokens = len(up.tokens)
-        with self.cv:
-            self.counters["generation_tokens"] += len(up.tokens)
+        if not handle.request.probe:
+            with self.cv:
+                self.counters["generation_tokens"] += len(up.tokens)
         if up.accepted >= 0:  # a verify step: it kept its accepted drafts and one token of the target's
             p.verify_ct += 1
             p.accepted.append(len(up.tokens) - 1)
             if handle.request.trace:
                 p.trace.append({"drafts": up.drafts, "accepted": len(up.tokens) - 1, "tokens": up.tokens})
         if handle.request.stream or handle.request.stop or up.finished:  # the text is needed now
-            p.text = self.tokenizer.decode(p.output_ids)
+            p.text = self.tokenizer.decode(p.output_ids, skip_special_tokens=True)  # SGLang's default
         finish = self._stop_string(handle.request, p)
         if finish is None and up.finished:
             finish = ({"type": "stop", "matched": p.output_ids[-1]} if up.finished == "stop" else
@@ -233,12 +238,11 @@ class Scheduler:
 
     def _finish(self, handle: Handle, p: Progress, reason: dict) -> None:
         if reason["type"] != "stop" or isinstance(reason.get("matched"), int):  # a stop string already cut the text
-            p.text = self.tokenizer.decode(p.output_ids)
+            p.text = self.tokenizer.decode(p.output_ids, skip_special_tokens=True)  # SGLang's default
         p.finish_reason, p.finished_at = reason, time.monotonic()
         handle.done = True
         handle.push(_copy(p))
 
 
 def _copy(p: Progress) -> Progress:
-    return Progress(list(p.output_ids), p.text, p.verify_ct, list(p.accepted), list(p.trace), p.finish_reason,
-                    p.first_token_at, p.finished_at, p.new_tokens)
+    return dataclasses.replace(p, output_ids=list(p.output_ids), accepted=list(p.accepted), trace=list(p.trace))

@@ -9,6 +9,7 @@ folds it in every 40 steps, so it lags), and `"return_spec_trace": true` returns
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import socket
 import time
@@ -21,6 +22,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 
 from specdec import __version__
 from specdec.decoder.engine import Engine, SamplingParams
+from specdec.decoder.kv_cache import KVCache
 from specdec.serving import protocol
 from specdec.serving.protocol import BadRequest
 from specdec.serving.scheduler import Handle, Progress, Request, Scheduler
@@ -59,6 +61,7 @@ def sse(obj) -> bytes:
 def build_app(scheduler: Scheduler, args: ServerArgs, api_key: str | None = None) -> FastAPI:
     engine, tokenizer = scheduler.engine, scheduler.tokenizer
     speculative, k = engine.proposer is not None, engine.k
+    fields = protocol.FieldLog()  # unknown request fields, each named once
     app = FastAPI(title="specdec serve", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
     started = time.time()
 
@@ -100,6 +103,49 @@ def build_app(scheduler: Scheduler, args: ServerArgs, api_key: str | None = None
             last = p
         return last
 
+    async def finals(handles: list[Handle], request: HTTPRequest) -> list[Progress] | None:
+        """Every request's final state; None if the caller left (then every one is cancelled)."""
+        done = await asyncio.gather(*(final(h, request) for h in handles))
+        if any(p is None for p in done):
+            for h in handles:
+                h.cancel()
+            return None
+        return list(done)
+
+    async def merged(handles: list[Handle], request: HTTPRequest):
+        """(index, progress) of several requests as they come (a batch, or n > 1); all end together."""
+        if len(handles) == 1:
+            async for p in events(handles[0], request):
+                yield 0, p
+            return
+        queue: asyncio.Queue = asyncio.Queue()
+
+        async def pump(i: int, handle: Handle):
+            try:
+                async for p in events(handle, request):
+                    await queue.put((i, p))
+            except Exception as exc:  # noqa: BLE001 -- handed to the reader, who raises it
+                await queue.put((i, exc))
+            finally:
+                await queue.put((i, None))
+
+        tasks = [asyncio.create_task(pump(i, h)) for i, h in enumerate(handles)]
+        try:
+            left = len(tasks)
+            while left:
+                i, p = await queue.get()
+                if p is None:
+                    left -= 1
+                elif isinstance(p, Exception):
+                    raise p
+                else:
+                    yield i, p
+        finally:
+            for t in tasks:
+                t.cancel()
+            for h in handles:
+                h.cancel()
+
     # -- health --------------------------------------------------------------------------------
     @app.get("/health")
     async def health():
@@ -108,7 +154,7 @@ def build_app(scheduler: Scheduler, args: ServerArgs, api_key: str | None = None
     @app.get("/health_generate")
     async def health_generate(request: HTTPRequest):
         """One token through the whole path: the engine loop is alive."""
-        probe = Request([0], SamplingParams(max_new_tokens=1, stop_at_eos=False))
+        probe = Request([0], SamplingParams(max_new_tokens=1, stop_at_eos=False), probe=True)
         if await final(scheduler.submit(probe), request) is None:
             return error(503, "the engine did not answer")
         return Response(status_code=200)
@@ -116,42 +162,54 @@ def build_app(scheduler: Scheduler, args: ServerArgs, api_key: str | None = None
     # -- native ----------------------------------------------------------------------------------
     @app.post("/generate")
     async def generate(request: HTTPRequest):
-        reqs, is_batch, stream = protocol.parse_generate(await body(request), tokenizer, engine)
-        if stream:
-            handle = scheduler.submit(reqs[0])
-
+        received = time.time()
+        job = protocol.parse_generate(await body(request), tokenizer, engine, fields)
+        job.received_ts = received
+        handles = [scheduler.submit(r) for r in job.requests]
+        if job.stream:
             async def chunks():
-                async for p in events(handle, request):
-                    yield sse(protocol.generate_response(reqs[0], p, speculative, k))
+                async for i, p in merged(handles, request):
+                    yield sse(protocol.generate_response(job, i, p, speculative, k))
                 yield sse("[DONE]")
 
             return StreamingResponse(chunks(), media_type="text/event-stream")
-        handles = [scheduler.submit(r) for r in reqs]
-        done = await asyncio.gather(*(final(h, request) for h in handles))
-        if any(p is None for p in done):
+        done = await finals(handles, request)
+        if done is None:
             return Response(status_code=499)  # the caller left
-        out = [protocol.generate_response(r, p, speculative, k) for r, p in zip(reqs, done)]
-        return JSONResponse(out if is_batch else out[0])
+        out = [protocol.generate_response(job, i, p, speculative, k) for i, p in enumerate(done)]
+        return JSONResponse(out if job.is_batch else out[0])
 
     # -- OpenAI-compatible -----------------------------------------------------------------------
     async def openai(request: HTTPRequest, chat: bool):
+        """One choice per Request of the job (each prompt n times), streamed as SGLang 0.5.16 streams."""
+        received = time.time()
         parse = protocol.parse_chat if chat else protocol.parse_completion
-        req, stream, options = parse(await body(request), tokenizer, engine)
-        handle = scheduler.submit(req)
-        model = args.served_model_name
-        if not stream:
-            p = await final(handle, request)
-            return JSONResponse(protocol.completion_response(req, p, model, chat)) if p else Response(status_code=499)
+        job = parse(await body(request), tokenizer, engine, fields)
+        job.received_ts = received
+        handles = [scheduler.submit(r) for r in job.requests]
+        if not job.stream:
+            done = await finals(handles, request)
+            if done is None:
+                return Response(status_code=499)  # the caller left
+            return JSONResponse(protocol.completion_response(job, done, speculative, k))
 
         async def chunks():
-            sent, last = "", None
-            async for p in events(handle, request):
+            sent: dict[int, str] = {}
+            last: dict[int, Progress] = {}
+            finished: list[int] = []
+            async for i, p in merged(handles, request):
                 text = p.text if p.finish_reason is not None else p.text.rstrip("\ufffd")  # half a character
-                first, delta, sent, last = last is None, text[len(sent):], text, p
-                yield sse(protocol.stream_chunk(req, model, chat, delta, p, p.finish_reason is not None, first,
-                                                options.get("continuous_usage_stats", False)))
-            if last is not None and options.get("include_usage"):
-                yield sse(protocol.usage_chunk(req, last, model, chat))
+                first, delta = i not in last, text[len(sent.get(i, "")):]
+                sent[i], last[i] = text, p
+                for chunk in protocol.stream_chunks(job, i, p, delta, first):
+                    yield sse(chunk)
+                if p.finish_reason is not None:
+                    finished.append(i)
+            if chat:  # SGLang closes each choice with a chunk of its own, after the text
+                for i in finished:
+                    yield sse(protocol.finish_chunk(job, i, last[i]))
+            if last and job.include_usage:
+                yield sse(protocol.usage_chunk(job, last))
             yield sse("[DONE]")
 
         return StreamingResponse(chunks(), media_type="text/event-stream")
@@ -179,7 +237,9 @@ def build_app(scheduler: Scheduler, args: ServerArgs, api_key: str | None = None
                     "effective_max_running_requests_per_dp": args.max_running_requests,
                     "num_running_reqs": state["num_running_reqs"], "num_queue_reqs": state["num_queue_reqs"],
                     "step_time_dict": state["step_time_dict"]}
-        if "avg_spec_accept_length" in state:
+        internal["memory_usage"] = memory_usage(engine)
+        internal["max_speculative_num_draft_tokens"] = k + 1 if speculative else None
+        if "avg_spec_accept_length" in state:  # as in SGLang, absent until a verify step has been counted
             internal["avg_spec_accept_length"] = state["avg_spec_accept_length"]
         return {**asdict(args), "tokenizer_path": args.model_path, "status": "ready", "version": API_VERSION,
                 "specdec_version": __version__, "speculative_eagle_topk": 1 if speculative else None,
@@ -210,12 +270,36 @@ def prometheus(state: dict, args: ServerArgs) -> str:
             ("generation_tokens_total", "counter", c.get("generation_tokens", 0)),
             ("num_requests_total", "counter", c.get("requests", 0))]
     if args.speculative_algorithm:
+        # over the last STEP_WINDOW steps, 0 where none verified (SGLang: its last logging interval);
+        # the rate is SGLang's (accept length - 1) / (num_draft_tokens - 1) with a chain of k drafts
+        length, k = state.get("recent_spec_accept_length", 0.0), args.speculative_num_steps or 0
         rows += [("spec_verify_calls_total", "counter", c.get("verify_steps", 0)),
-                 ("spec_accept_length", "gauge", state.get("recent_spec_accept_length", 0.0))]
+                 ("spec_accept_length", "gauge", length),
+                 ("spec_accept_rate", "gauge", (length - 1) / k if length and k else 0.0),
+                 ("spec_num_steps", "gauge", k), ("spec_num_draft_tokens", "gauge", k + 1)]
     out = []
     for name, kind, value in rows:
         out += [f"# TYPE sglang:{name} {kind}", f"sglang:{name}{label} {float(value)}"]
     return "\n".join(out) + "\n"
+
+
+def memory_usage(engine: Engine) -> dict:
+    """SGLang's memory_usage in GiB: the weights and KV caches of the target and its proposer, the tokens
+    the KV cache holds, and the memory of the CUDA-graph pool (0 without CUDA graphs)."""
+    parts = [engine.target] + (list(vars(engine.proposer).values()) if engine.proposer is not None else [])
+    tensors = {id(t): t for m in parts if isinstance(m, torch.nn.Module)
+               for t in itertools.chain(m.parameters(), m.buffers())}
+    weight = sum(t.numel() * t.element_size() for t in tensors.values())
+    caches = [engine.cache] + [c for c in parts if isinstance(c, KVCache) and c is not engine.cache]
+    kv = sum(t.numel() * t.element_size() for c in caches for t in c.k + c.v)
+    graph = 0
+    pool = getattr(engine.graphs, "pool", None)
+    if pool is not None and engine.device.type == "cuda":
+        graph = sum(s["total_size"] for s in torch.cuda.memory_snapshot()
+                    if tuple(s.get("segment_pool_id", ())) == tuple(pool))
+    gib = 2 ** 30  # (SGLang rounds to 0.01 GiB, which shows the tiny zoo's megabytes as 0)
+    return {"weight": round(weight / gib, 4), "kvcache": round(kv / gib, 4),
+            "token_capacity": engine.capacity * engine.max_len, "graph": round(graph / gib, 4)}
 
 
 def bind(host: str, port: int) -> socket.socket:
