@@ -59,7 +59,8 @@ client() {  # $1: backend, $2: base URL, rest: more flags
   shift 2
   "$SGLANG_PY" -W ignore -m sglang.benchmark.serving --backend "$backend" --base-url "$url" \
     --dataset-name random-ids --tokenizer "$TOK" --model "$TOK" --served-model-name tiny \
-    --random-input-len 128 --random-output-len 64 --flush-cache --seed 1 --disable-tqdm "$@" 2>&1 |
+    --random-input-len 128 --random-output-len 64 --flush-cache --seed 1 --disable-tqdm \
+    --output-file "$RUN/results.jsonl" "$@" 2>&1 |
     grep -v -i "warn\|^  warnings\.\|^benchmark_args=\|^Namespace("
   echo "client rc=${PIPESTATUS[0]}"
 }
