@@ -122,3 +122,13 @@ def test_default_sglang_command_caps_the_kv_pool_and_says_why():
     assert len(lines) == 1 and "--max-total-tokens" not in lines[0] and "--mem-fraction-static 0.3" in lines[0]
     lines = dry_run_lines(*nextn, "--max-total-tokens", "5000")
     assert len(lines) == 1 and flag(shlex.split(lines[0]), "--max-total-tokens") == "5000"
+
+
+def test_sglang_without_fa3_gets_triton_attention_unless_the_user_chose(monkeypatch):
+    monkeypatch.setattr(launch_cli, "fa3_present", lambda: False)  # the offline pack strips sgl_kernel's FA3
+    lines = dry_run_lines("--model", "tiny", "--backend", "sglang", "--sglang-version", "0.5.16")
+    assert flag(shlex.split(lines[-1]), "--attention-backend") == "triton" and "no FA3 library" in lines[-2]
+    cmd = dry_run("--model", "tiny", "--backend", "sglang", "--sglang-version", "0.5.16", "--attention-backend", "fa3")
+    assert flag(cmd, "--attention-backend") == "fa3"
+    monkeypatch.setattr(launch_cli, "fa3_present", lambda: None)  # no sgl_kernel at all: SGLang's own choice
+    assert "--attention-backend" not in dry_run("--model", "tiny", "--backend", "sglang", "--sglang-version", "0.5.16")

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import sys
 import time
 
 from specdec.cli.common import UsageError
+from specdec.serving.gpu import fa3_present
 from specdec.serving.launch import ALGORITHMS, ALIASES, BACKENDS, LaunchConfig, LaunchConfigError, detect_backend
 from specdec.serving.lifecycle import ServerError, StopSignal, launch, stop_on_signals
 from specdec.zoo import ModelNotFound, resolve
@@ -73,6 +75,8 @@ def config_from_args(args) -> LaunchConfig:
                rejection_sampling=args.rejection_sampling)
     backend = detect_backend() if args.backend == "auto" else args.backend
     algorithm = ALIASES.get(args.algorithm.lower(), args.algorithm.upper())
+    if backend == "sglang" and args.attention_backend is None and fa3_present() is False:
+        cfg["attention_backend"] = "triton"  # SGLang would pick FA3 on Hopper, and the offline pack strips it
     try:
         cfg.update(zoo_dirs(args.model, args.draft, algorithm, backend))
         return LaunchConfig(**{**cfg, "backend": backend})
@@ -115,17 +119,22 @@ def main(args) -> int:
         argv = cfg.command(args.sglang_version)
     except LaunchConfigError as exc:
         raise UsageError(str(exc)) from None
-    pool = cfg.kv_pool_default() if cfg.resolved_backend() == "sglang" else None
+    notes = []
+    if cfg.resolved_backend() == "sglang":
+        pool = cfg.kv_pool_default()
+        notes += [pool.describe()] if pool else []
+        if cfg.attention_backend == "triton" and args.attention_backend is None:
+            notes.append("sgl_kernel has no FA3 library here: --attention-backend triton")
     if args.dry_run:
-        if pool:
-            print(f"# {pool.describe()}")
-        print(shlex.join(argv))
+        print("".join(f"# {n}\n" for n in notes) + shlex.join(argv))
         return 0
-    if pool:
-        print(f"specdec launch: {pool.describe()}", flush=True)
+    for note in notes:
+        print(f"specdec launch: {note}", flush=True)
     with stop_on_signals():  # from here on SIGTERM, SIGINT and SIGHUP stop the server, whatever was inherited
         try:
-            server = launch(cfg, timeout=args.timeout, env=env, log_path=args.log, version=args.sglang_version)
+            # a progress bar on a terminal only: in a script's log it would glue itself to the serving line
+            server = launch(cfg, timeout=args.timeout, env=env, log_path=args.log, version=args.sglang_version,
+                            progress=sys.stderr.isatty())
         except ServerError as exc:
             print(f"specdec launch: {exc}", flush=True)
             return 1

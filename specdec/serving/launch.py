@@ -325,7 +325,8 @@ class LaunchConfig:
         except (KeyError, TypeError, ValueError):  # a config.json of another shape: no estimate
             needs = None
         return KvPool(max(rows * context, MIN_KV_TOKENS), rows, context, source,
-                      needs.kv_bytes_per_token if needs else 0, needs.weights_bytes if needs else 0)
+                      needs.kv_bytes_per_token if needs else 0, needs.weights_bytes if needs else 0,
+                      self.algorithm in NEEDS_DRAFT or self.algorithm == "NEXTN")
 
 
 @dataclass(frozen=True)
@@ -338,13 +339,15 @@ class KvPool:
     context_from: str
     kv_bytes_per_token: int  # target and draft caches together; 0 without a local config.json
     weights_bytes: int
+    draft_cache: bool = False  # a draft model or MTP layer keeps a KV pool of as many tokens beside the target's
 
     def describe(self) -> str:
         at_least = f", raised to the {MIN_KV_TOKENS} tokens of one prefill" if self.tokens > self.rows * self.context else ""
         text = (f"KV pool: --max-total-tokens {self.tokens} = {self.rows} running requests x {self.context} tokens "
                 f"({self.context_from}{at_least})")
         if self.kv_bytes_per_token:
-            text += (f"; {self.kv_bytes_per_token} B per token (target and draft caches) = "
+            caches = "target and draft caches" if self.draft_cache else "the target's cache"
+            text += (f"; {self.kv_bytes_per_token} B per token ({caches}) = "
                      f"{size(self.tokens * self.kv_bytes_per_token)} beside {size(self.weights_bytes)} of weights")
         return (text + ". Uncapped, SGLang fills the GPU with the target's pool, and neither the draft's pool nor "
                 "a second server finds room; give --max-total-tokens or --mem-fraction-static to size it yourself")
