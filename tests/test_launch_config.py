@@ -1,8 +1,11 @@
 """Launch configurations: SGLang's rules are enforced before anything starts, with one-line errors, and
 the command line is spelled for the SGLang version (or for `specdec serve`)."""
 
+import json
+
 import pytest
 
+from specdec.serving.gpu import GIB
 from specdec.serving.launch import LaunchConfig, LaunchConfigError, parse_version
 
 EAGLE = dict(algorithm="EAGLE", draft="/m/eagle", num_steps=3, topk=1, num_draft_tokens=4)
@@ -157,3 +160,61 @@ def test_auto_backend_is_specdec_without_sglang_and_a_gpu(monkeypatch):
     monkeypatch.setattr(launch.importlib.util, "find_spec", lambda name: None)
     assert LaunchConfig("tiny").resolved_backend() == "specdec"
     assert LaunchConfig("tiny").command()[2:4] == ["specdec", "serve"]
+
+
+# ----- the KV pool of a default SGLang command (issue 18)
+LLAMA_8B = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+            "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+            "vocab_size": 128256, "max_position_embeddings": 8192, "torch_dtype": "bfloat16", "tie_word_embeddings": False}
+
+
+def model_dir(path, config: dict) -> str:
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps(config))
+    return str(path)
+
+
+def test_an_8b_shaped_model_gets_a_pool_that_fits_one_gpu_beside_its_draft(tmp_path):
+    target = model_dir(tmp_path / "8b", LLAMA_8B)
+    head = model_dir(tmp_path / "8b-eagle", {**LLAMA_8B, "architectures": ["LlamaForCausalLMEagle"], "num_hidden_layers": 1})
+    cfg = LaunchConfig(target, "EAGLE", draft=head, num_steps=3, topk=1, num_draft_tokens=4, backend="sglang",
+                       load_format="dummy")
+    pool = cfg.kv_pool_default()
+    assert pool.tokens == 48 * 4096 and pool.context_from == "the course's default"  # not the model's 8192
+    assert pool.kv_bytes_per_token == 2 * 32 * 8 * 128 * 2 + 2 * 1 * 8 * 128 * 2  # target's 32 layers + the head's one
+    need = pool.weights_bytes + pool.tokens * pool.kv_bytes_per_token
+    assert 16 * GIB < need < 0.7 * 80 * GIB  # an H100's 80 GB holds it, with SGLang's CUDA graphs and activations beside
+    f = flags(cfg.sglang_command("0.5.16"))
+    assert f["--max-total-tokens"] == "196608" and "--mem-fraction-static" not in f
+    assert "KV pool: --max-total-tokens 196608 = 48 running requests x 4096 tokens" in pool.describe()
+    assert "GiB beside" in pool.describe()
+    plain = LaunchConfig(target, backend="sglang", max_running_requests=64).kv_pool_default()
+    assert plain.tokens == 64 * 4096 and plain.kv_bytes_per_token == 2 * 32 * 8 * 128 * 2
+
+
+def test_the_kv_pool_default_never_overrides_the_users_sizing():
+    def rendered(**kw) -> list[str]:
+        return LaunchConfig("/no/such/dir", "NGRAM", backend="sglang", **kw).sglang_command("0.5.16")
+
+    assert flags(rendered())["--max-total-tokens"] == str(48 * 4096)  # a hub id: the course's default context
+    assert LaunchConfig("org/model").kv_pool_default().kv_bytes_per_token == 0  # no config.json at hand: no estimate
+    assert "--max-total-tokens" not in rendered(mem_fraction_static=0.5)
+    assert flags(rendered(max_total_tokens=5000))["--max-total-tokens"] == "5000"
+    for extra in (("--mem-fraction-static", "0.5"), ("--mem-fraction-static=0.5",), ("--max-total-tokens", "7000"),
+                  ("--max-total-tokens=7000",)):
+        cmd = rendered(extra_args=extra)
+        assert cmd[-len(extra):] == list(extra) and sum(a.startswith("--max-total-tokens") for a in cmd) <= 1, extra
+        assert LaunchConfig("/m", extra_args=extra).kv_pool_default() is None
+    f = flags(rendered(context_length=1024))
+    assert f["--context-length"] == "1024" and f["--max-total-tokens"] == str(48 * 1024)
+    assert flags(rendered(extra_args=("--context-length", "512")))["--max-total-tokens"] == str(48 * 512)
+    assert flags(rendered(context_length=256, max_running_requests=8))["--max-total-tokens"] == "16384"  # one prefill
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(max_total_tokens=0), "max_total_tokens must be an integer >= 1"),
+    (dict(context_length="4096"), "context_length must be an integer >= 1"),
+])
+def test_pool_settings_are_checked(kwargs, message):
+    with pytest.raises(LaunchConfigError, match=message):
+        LaunchConfig("/m", **kwargs)

@@ -207,10 +207,27 @@ def test_reap_spares_a_live_launchers_server_then_reaps_it_once_the_launcher_die
     try:
         assert reap_stale() == [] and all(map(pid_alive, pids))  # another notebook's server: left alone
     finally:
-        launcher.send_signal(signal.SIGTERM)  # Python's default SIGTERM runs no atexit: an orphan
+        launcher.kill()  # SIGKILL: no handler, no atexit: an orphan
         launcher.wait()
     assert reap_stale() == [pids[0]]
     assert_gone(pids)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_or_sighup_to_a_python_that_launched_servers_stops_them_first(sig, run_dir):
+    """A notebook kernel or script killed politely: its servers go with it, and it still dies of the signal."""
+    launcher = run_launcher(["--spawn-child"], linger=60)
+    try:
+        assert launcher.stdout.readline().startswith("started")
+        pids = wait_for_log_pids(run_dir)
+        launcher.send_signal(sig)
+        assert launcher.wait(timeout=30) == -sig  # as the default disposition would end it
+        assert_gone(pids)
+        assert not list(run_dir.glob("*.json"))  # stopped, not orphaned: nothing for the next launch to reap
+    finally:
+        launcher.kill()
+        launcher.wait()
+        reap_stale()
 
 
 def test_reap_never_kills_a_reused_pid(run_dir):

@@ -96,8 +96,10 @@ def test_sglang_seats_share_the_gpus_and_carry_their_keys():
 
 # ----- the room as a class runs it -----------------------------------------------------------------------
 def start_room(tmp_path, *args) -> tuple[subprocess.Popen, Path, Path]:
+    """The room as a script's `&` starts it: with SIGINT ignored (Ctrl-C and --stop must work all the same)."""
     csv_path, state = tmp_path / "room.csv", tmp_path / "room.json"
-    room = subprocess.Popen([sys.executable, "-m", "specdec", "room", "--engine", "specdec", "--out", str(csv_path),
+    room = subprocess.Popen(["sh", "-c", 'trap "" INT; exec "$@"', "sh",
+                             sys.executable, "-m", "specdec", "room", "--engine", "specdec", "--out", str(csv_path),
                              "--state", str(state), "--grace", "5", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
     deadline = time.monotonic() + 120

@@ -1,5 +1,6 @@
 """`specdec launch`: start an SGLang server (or `specdec serve`) with a checked speculative configuration,
-wait until it can generate, print its URL, and stop it on Ctrl-C.
+wait until it can generate, print its URL, and stop it on Ctrl-C, SIGTERM or SIGHUP (also when started
+in the background of a script, where SIGINT comes ignored).
 
     specdec launch --model tiny --speculative-algorithm EAGLE --num-steps 3 --topk 1 --num-draft-tokens 4
     specdec launch --model DIR --speculative-algorithm NEXTN --backend sglang --dry-run
@@ -9,11 +10,13 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import sys
 import time
 
 from specdec.cli.common import UsageError
+from specdec.serving.gpu import fa3_present
 from specdec.serving.launch import ALGORITHMS, ALIASES, BACKENDS, LaunchConfig, LaunchConfigError, detect_backend
-from specdec.serving.lifecycle import ServerError, launch
+from specdec.serving.lifecycle import ServerError, StopSignal, launch, stop_on_signals
 from specdec.zoo import ModelNotFound, resolve
 
 DRAFT_PART = {"EAGLE": "eagle", "EAGLE3": "eagle", "STANDALONE": "draft"}  # the zoo part each draft-taking algorithm uses
@@ -43,6 +46,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cuda-graph-max-bs", type=int, default=None)
     p.add_argument("--disable-cuda-graph", action="store_true")
     p.add_argument("--mem-fraction-static", type=float, default=None)
+    p.add_argument("--max-total-tokens", type=int, default=None,
+                   help="SGLang's KV pool in tokens (default, without --mem-fraction-static: running requests x context)")
+    p.add_argument("--context-length", type=int, default=None, help="longest request, prompt + output (default: the model's)")
     p.add_argument("--no-metrics", action="store_true", help="leave out --enable-metrics")
     p.add_argument("--disable-radix-cache", action="store_true")
     p.add_argument("--load-format", default=None, help="dummy: random weights from config.json (target and draft)")
@@ -52,72 +58,102 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="add to the server's environment (e.g. SGLANG_SIMULATE_ACC_LEN=2.5); repeat")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for /health_generate")
     p.add_argument("--log", default=None, help="server log file (default: in ~/.cache/specdec/servers)")
-    p.add_argument("--dry-run", action="store_true", help="print the command line and exit")
+    p.add_argument("--dry-run", action="store_true", help="print the command line (and how memory is sized) and exit")
 
 
 def config_from_args(args) -> LaunchConfig:
-    """The checked configuration; zoo names become directories for SGLang (specdec serve takes them as they are)."""
+    """The checked configuration; zoo names become the directories each backend needs."""
     cfg = dict(model=args.model, algorithm=args.algorithm, draft=args.draft, num_steps=args.num_steps, topk=args.topk,
                num_draft_tokens=args.num_draft_tokens, backend=args.backend, host=args.host, port=args.port,
                api_key=args.api_key, max_running_requests=args.max_running_requests, tp=args.tp, dp=args.dp,
                nnodes=args.nnodes, node_rank=args.node_rank, dist_init_addr=args.dist_init_addr,
                attention_backend=args.attention_backend, cuda_graph_max_bs=args.cuda_graph_max_bs,
                disable_cuda_graph=args.disable_cuda_graph, mem_fraction_static=args.mem_fraction_static,
+               max_total_tokens=args.max_total_tokens, context_length=args.context_length,
                enable_metrics=not args.no_metrics, disable_radix_cache=args.disable_radix_cache,
                load_format=args.load_format, ngram_max_depth=args.ngram_max_depth,
                rejection_sampling=args.rejection_sampling)
     backend = detect_backend() if args.backend == "auto" else args.backend
     algorithm = ALIASES.get(args.algorithm.lower(), args.algorithm.upper())
+    if backend == "sglang" and args.attention_backend is None and fa3_present() is False:
+        cfg["attention_backend"] = "triton"  # SGLang would pick FA3 on Hopper, and the offline pack strips it
     try:
-        if backend == "sglang":
-            cfg.update(zoo_dirs(args.model, args.draft, algorithm))
-        elif algorithm in DRAFT_PART and not args.draft:
-            cfg["draft"] = args.model  # specdec serve takes the draft part from --model itself
+        cfg.update(zoo_dirs(args.model, args.draft, algorithm, backend))
         return LaunchConfig(**{**cfg, "backend": backend})
     except (LaunchConfigError, ModelNotFound) as exc:
         raise UsageError(str(exc)) from None
 
 
-def zoo_dirs(model: str, draft: str | None, algorithm: str) -> dict:
-    """SGLang needs directories: a zoo name becomes its target's (and the algorithm's draft part's)."""
+def zoo_dirs(model: str, draft: str | None, algorithm: str, backend: str = "sglang") -> dict:
+    """A zoo name becomes its parts' directories: the draft (or EAGLE head) the algorithm takes, for either
+    backend, and the target's for SGLang (`specdec serve` takes the zoo name itself, tokenizer and all)."""
     parts = resolve(model)
-    out = {"model": str(parts["target"]) if isinstance(parts, dict) else model}
+    out = {"model": str(parts["target"]) if isinstance(parts, dict) and backend == "sglang" else model}
+    part = DRAFT_PART.get(algorithm, "target")
     if draft:
         d = resolve(draft)
-        out["draft"] = str(d.get(DRAFT_PART.get(algorithm, "target"), d["target"])) if isinstance(d, dict) else draft
+        out["draft"] = str(d.get(part, d["target"])) if isinstance(d, dict) else draft
     elif isinstance(parts, dict) and algorithm in DRAFT_PART:
-        out["draft"] = str(parts[DRAFT_PART[algorithm]])
+        out["draft"] = str(parts[part])
     return out
 
 
-def main(args) -> int:
+def parse_env(items: list[str]) -> dict[str, str]:
     env = {}
-    for item in args.env:
+    for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise UsageError(f"--env takes KEY=VALUE, got {item!r}")
         env[key] = value
+    return env
+
+
+def why(stop: KeyboardInterrupt) -> str:
+    return stop.args[0] if isinstance(stop, StopSignal) else "interrupted"
+
+
+def main(args) -> int:
+    env = parse_env(args.env)
     cfg = config_from_args(args)
-    if args.dry_run:
-        try:
-            print(shlex.join(cfg.command(args.sglang_version)))
-        except LaunchConfigError as exc:
-            raise UsageError(str(exc)) from None
-        return 0
     try:
-        server = launch(cfg, timeout=args.timeout, env=env, log_path=args.log, version=args.sglang_version)
+        argv = cfg.command(args.sglang_version)
     except LaunchConfigError as exc:
         raise UsageError(str(exc)) from None
-    except ServerError as exc:
-        print(f"specdec launch: {exc}")
-        return 1
-    with server:
-        print(f"serving {cfg.algorithm} at {server.url} (pid {server.pid}, log {server.log_path}); Ctrl-C stops it", flush=True)
+    notes = []
+    if cfg.resolved_backend() == "sglang":
+        pool = cfg.kv_pool_default()
+        notes += [pool.describe()] if pool else []
+        if cfg.attention_backend == "triton" and args.attention_backend is None:
+            notes.append("sgl_kernel has no FA3 library here: --attention-backend triton")
+    if args.dry_run:
+        print("".join(f"# {n}\n" for n in notes) + shlex.join(argv))
+        return 0
+    for note in notes:
+        print(f"specdec launch: {note}", flush=True)
+    with stop_on_signals():  # from here on SIGTERM, SIGINT and SIGHUP stop the server, whatever was inherited
         try:
-            while server.alive():
-                time.sleep(0.5)
-        except KeyboardInterrupt:
-            print("stopping", flush=True)
+            # a progress bar on a terminal only: in a script's log it would glue itself to the serving line
+            server = launch(cfg, timeout=args.timeout, env=env, log_path=args.log, version=args.sglang_version,
+                            progress=sys.stderr.isatty())
+        except ServerError as exc:
+            print(f"specdec launch: {exc}", flush=True)
+            return 1
+        except KeyboardInterrupt as stop:  # launch() stopped the server before passing it on
+            print(f"specdec launch: {why(stop)} while the server was starting; stopped", flush=True)
             return 0
-        print(f"specdec launch: the server exited with status {server.process.returncode}\n{server.log_tail()}")
-        return 1
+        with server:  # stopped on any way out
+            print(f"serving {cfg.algorithm} at {server.url} (pid {server.pid}, log {server.log_path}); "
+                  "Ctrl-C, SIGTERM or SIGHUP stops it", flush=True)
+            try:
+                while server.alive():
+                    time.sleep(0.5)
+            except KeyboardInterrupt as stop:
+                print(f"specdec launch: {why(stop)}, stopping the server (pid {server.pid})", flush=True)
+                server.stop()
+                if not server.stopped:
+                    print(f"specdec launch: could not stop every process of the server's session {server.pid}", flush=True)
+                    return 1
+                print("specdec launch: stopped", flush=True)
+                return 0
+            print(f"specdec launch: the server exited with status {server.process.returncode}\n{server.log_tail()}")
+            return 1

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import signal
 import socket
 import sys
 from pathlib import Path
 
 from specdec.cli.common import UsageError
-from specdec.cli.launch import DRAFT_PART, zoo_dirs
+from specdec.cli.launch import zoo_dirs
 from specdec.serving.gpu import DEFAULT_HEADROOM, MemoryPlanError, ServerNeeds, fa3_present, query_gpus, server_needs
 from specdec.serving.launch import ALGORITHMS, ALIASES, NEEDS_DRAFT, LaunchConfig, LaunchConfigError, detect_backend
+from specdec.serving.lifecycle import stop_on_signals
 from specdec.serving.room import (
     Room,
     RoomError,
@@ -94,14 +94,12 @@ def base_config(args: argparse.Namespace, algorithm: str, engine: str, shared: b
         if algo == "none":
             cfg["num_draft_tokens"] = None
     try:
+        cfg.update(zoo_dirs(args.model, cfg["draft"], algo, engine))  # the zoo's draft or EAGLE head, either engine
         if engine == "sglang":
-            cfg.update(zoo_dirs(args.model, cfg["draft"], algo), cuda_graph_max_bs=args.cuda_graph_max_bs)
             backend = args.attention_backend
             if backend == "auto":
                 backend = "triton" if fa3_present() is False else None
-            cfg["attention_backend"] = backend
-        elif algo in DRAFT_PART and not args.draft:
-            cfg["draft"] = args.model  # specdec serve takes the draft part from --model itself
+            cfg.update(cuda_graph_max_bs=args.cuda_graph_max_bs, attention_backend=backend)
         return LaunchConfig(**cfg)
     except (LaunchConfigError, ModelNotFound) as exc:
         raise UsageError(str(exc)) from None
@@ -155,10 +153,6 @@ def plan_seats(args: argparse.Namespace, engine: str) -> list:
     return sglang_seats(bases, names, ports, keys, gpus, plans, nccl_ports, public)
 
 
-def _interrupt(*_):
-    raise KeyboardInterrupt  # SIGTERM (from `specdec room --stop`) stops the room as Ctrl-C does
-
-
 def main(args: argparse.Namespace) -> int:
     if args.stop:
         print(stop_room(args.state, args.grace))
@@ -182,30 +176,31 @@ def main(args: argparse.Namespace) -> int:
             env = " ".join(f"{k}={shlex.quote(v)}" for k, v in seat.env.items())
             print(f"{seat.name} {seat.url}: {env + ' ' if env else ''}{shlex.join(seat.spec.command(args.sglang_version))}")
         return 0
-    signal.signal(signal.SIGTERM, _interrupt)
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C stops the room even if started with SIGINT ignored
 
     def report(line: str) -> None:
         print(line, flush=True)
 
-    try:
-        with Room(seats, args.state, grace=args.grace, report=report, version=args.sglang_version) as room:
-            try:
-                room.start()
-                took = room.wait_healthy(args.timeout)
-                write_csv(out, seats)
-                report(f"all {len(seats)} servers ready in {took:.0f} s; hand out {out} (name,url,key); "
-                       "Ctrl-C or `specdec room --stop` stops them")
-                room.watch()
-            except KeyboardInterrupt:
-                report("stopping the room")
-            except RoomError as exc:
-                print(f"specdec room: {exc}", file=sys.stderr, flush=True)
-                if room.servers:
-                    report("stopping the other servers")
-                return 1
-    except RoomError as exc:  # could not stop (rare): the state file is kept for --stop
-        print(f"specdec room: {exc}", file=sys.stderr)
-        return 1
+    # SIGTERM (`specdec room --stop`), SIGINT (Ctrl-C) and SIGHUP stop the room, whatever it inherited (a room
+    # started with `&` in a script has SIGINT ignored)
+    with stop_on_signals():
+        try:
+            with Room(seats, args.state, grace=args.grace, report=report, version=args.sglang_version) as room:
+                try:
+                    room.start()
+                    took = room.wait_healthy(args.timeout)
+                    write_csv(out, seats)
+                    report(f"all {len(seats)} servers ready in {took:.0f} s; hand out {out} (name,url,key); "
+                           "Ctrl-C, SIGTERM, SIGHUP or `specdec room --stop` stops them")
+                    room.watch()
+                except KeyboardInterrupt as stop:
+                    report(f"stopping the room ({stop.args[0] if stop.args else 'interrupted'})")
+                except RoomError as exc:
+                    print(f"specdec room: {exc}", file=sys.stderr, flush=True)
+                    if room.servers:
+                        report("stopping the other servers")
+                    return 1
+        except RoomError as exc:  # could not stop (rare): the state file is kept for --stop
+            print(f"specdec room: {exc}", file=sys.stderr)
+            return 1
     report("room stopped")
     return 0

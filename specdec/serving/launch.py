@@ -14,6 +14,9 @@ import os
 import re
 import sys
 from dataclasses import dataclass
+from pathlib import Path
+
+from specdec.serving.gpu import MIN_KV_TOKENS, read_config, server_needs, size
 
 ALGORITHMS = ("none", "EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "HEADS")
 # Lower-case spellings a student may use (the course's names and specdec serve's) -> SGLang's.
@@ -29,6 +32,11 @@ BACKENDS = ("auto", "sglang", "specdec")
 # The version the course's GPU node runs (the offline pack): used when none is installed or given.
 DEFAULT_SGLANG_VERSION = "0.5.16"
 OLDEST_SGLANG = (0, 5, 5)
+# The default KV pool (kv_pool_default): running requests x tokens each. SGLang drops to 48 running
+# requests with speculation; a request of the course's prompts and outputs stays well under 4096 tokens.
+DEFAULT_ROWS = 48
+DEFAULT_CONTEXT = 4096
+MEMORY_FLAGS = ("--mem-fraction-static", "--max-total-tokens")  # the user's own sizing: no default then
 
 
 class LaunchConfigError(ValueError):
@@ -84,6 +92,8 @@ class LaunchConfig:
     cuda_graph_max_bs: int | None = None
     disable_cuda_graph: bool = False
     mem_fraction_static: float | None = None
+    max_total_tokens: int | None = None  # SGLang's KV pool in tokens; unset (and no fraction): kv_pool_default()
+    context_length: int | None = None  # longest request (prompt + output), both backends; unset: the model's
     enable_metrics: bool = True
     disable_radix_cache: bool = False
     load_format: str | None = None  # "dummy": random weights from config.json alone (target and draft)
@@ -174,6 +184,10 @@ class LaunchConfig:
             fail(f"cuda_graph_max_bs must be >= 1, got {self.cuda_graph_max_bs}")
         if self.mem_fraction_static is not None and not 0 < self.mem_fraction_static < 1:
             fail(f"mem_fraction_static must be in (0, 1), got {self.mem_fraction_static}")
+        for name in ("max_total_tokens", "context_length"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+                fail(f"{name} must be an integer >= 1, got {v!r}")
 
     @property
     def speculative(self) -> bool:
@@ -241,6 +255,12 @@ class LaunchConfig:
             cmd += ["--disable-cuda-graph"]
         if self.mem_fraction_static is not None:
             cmd += ["--mem-fraction-static", str(self.mem_fraction_static)]
+        if self.context_length is not None:
+            cmd += ["--context-length", str(self.context_length)]
+        pool = self.kv_pool_default()
+        tokens = self.max_total_tokens if self.max_total_tokens is not None else pool.tokens if pool else None
+        if tokens is not None:
+            cmd += ["--max-total-tokens", str(tokens)]
         if self.max_running_requests is not None:
             cmd += ["--max-running-requests", str(self.max_running_requests)]
         if self.disable_radix_cache:
@@ -271,9 +291,78 @@ class LaunchConfig:
             cmd += ["--port", str(self.port)]
         if self.max_running_requests is not None:
             cmd += ["--max-running-requests", str(self.max_running_requests)]
+        if self.context_length is not None:
+            cmd += ["--context-length", str(self.context_length)]
         if self.api_key:
             cmd += ["--api-key", self.api_key]
         return cmd
+
+    # ----- SGLang's KV pool when the user sized nothing
+    def kv_pool_default(self) -> KvPool | None:
+        """The --max-total-tokens a default SGLang command gets; None where the user sized memory.
+
+        SGLang 0.5.16 gives its KV pool what is free after the weights, less (1 - mem_fraction_static)
+        of what was free at start, and the draft worker then allocates a pool of as many tokens beside
+        it. For NEXTN the target's share does not count the draft's layers, so the draft's pool does
+        not fit (issue 18: 126 GB for the tiny target, then OOM). A pool capped at what the requests
+        can hold (running requests x tokens each) keeps both pools small, whatever the GPU.
+        """
+        extra = self.extra_args
+        if self.mem_fraction_static is not None or self.max_total_tokens is not None or any(
+                a == f or a.startswith(f + "=") for a in extra for f in MEMORY_FLAGS):
+            return None
+        config = read_config(self.model) if Path(self.model).is_dir() else {}
+        rows = self.max_running_requests or DEFAULT_ROWS
+        context, source = self.context_length or _flag_value(extra, "--context-length"), "--context-length"
+        if context is None:
+            model_max = config.get("max_position_embeddings")
+            context, source = DEFAULT_CONTEXT, "the course's default"
+            if isinstance(model_max, int) and 0 < model_max < DEFAULT_CONTEXT:
+                context, source = model_max, "the model's max_position_embeddings"
+        try:
+            draft = self.draft if self.draft and Path(self.draft).is_dir() else None
+            needs = server_needs(self.model, self.algorithm, draft) if config else None
+        except (KeyError, TypeError, ValueError):  # a config.json of another shape: no estimate
+            needs = None
+        return KvPool(max(rows * context, MIN_KV_TOKENS), rows, context, source,
+                      needs.kv_bytes_per_token if needs else 0, needs.weights_bytes if needs else 0,
+                      self.algorithm in NEEDS_DRAFT or self.algorithm == "NEXTN")
+
+
+@dataclass(frozen=True)
+class KvPool:
+    """The KV pool a default SGLang command asks for (--max-total-tokens), and what it costs."""
+
+    tokens: int
+    rows: int  # running requests it holds at full length
+    context: int  # tokens per request
+    context_from: str
+    kv_bytes_per_token: int  # target and draft caches together; 0 without a local config.json
+    weights_bytes: int
+    draft_cache: bool = False  # a draft model or MTP layer keeps a KV pool of as many tokens beside the target's
+
+    def describe(self) -> str:
+        at_least = f", raised to the {MIN_KV_TOKENS} tokens of one prefill" if self.tokens > self.rows * self.context else ""
+        text = (f"KV pool: --max-total-tokens {self.tokens} = {self.rows} running requests x {self.context} tokens "
+                f"({self.context_from}{at_least})")
+        if self.kv_bytes_per_token:
+            caches = "target and draft caches" if self.draft_cache else "the target's cache"
+            text += (f"; {self.kv_bytes_per_token} B per token ({caches}) = "
+                     f"{size(self.tokens * self.kv_bytes_per_token)} beside {size(self.weights_bytes)} of weights")
+        return (text + ". Uncapped, SGLang fills the GPU with the target's pool, and neither the draft's pool nor "
+                "a second server finds room; give --max-total-tokens or --mem-fraction-static to size it yourself")
+
+
+def _flag_value(args: tuple[str, ...], flag: str) -> int | None:
+    """The integer after `flag` (or in `flag=N`) among pass-through arguments."""
+    for i, a in enumerate(args):
+        value = args[i + 1] if a == flag and i + 1 < len(args) else a.partition("=")[2] if a.startswith(flag + "=") else None
+        if value is not None:
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
 
 
 def _fail(message: str):

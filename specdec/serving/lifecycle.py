@@ -1,17 +1,21 @@
 """Start a server and make sure it stops: its own session and process group, its log in a file, a
 wait for /health_generate, SIGTERM to the group then SIGKILL, and no process left behind after an
-exception, Ctrl-C, or the launching Python's exit (atexit) or death (a pid file the next launch reaps).
+exception, Ctrl-C, the launching Python's exit (atexit), a SIGTERM or SIGHUP to it (a handler that
+stops its servers first), or its death (a pid file the next launch reaps).
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import signal
 import socket
 import subprocess
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,6 +58,82 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def port_taken(host: str, port: int) -> bool:
+    """Something listens on host:port (a bind test, as the server's own bind would go).
+
+    SO_REUSEADDR as uvicorn and SGLang set it: a port a stopped server left in TIME_WAIT is free.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+# ----- stop signals: SIGTERM, SIGINT and SIGHUP stop a launcher and its servers
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+class StopSignal(KeyboardInterrupt):
+    """A stop signal received by the main thread (a KeyboardInterrupt, so Ctrl-C paths handle it too)."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(signal.Signals(signum).name)
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """Within: SIGTERM, SIGINT and SIGHUP raise StopSignal in the main thread, once (a second signal
+    while stopping is ignored, so it cannot cut the stop short); the previous handlers come back after.
+
+    Set explicitly whatever this process inherited: a launcher started with `&` in a script has
+    SIGINT ignored, under nohup SIGHUP ignored, and a supervisor may leave them blocked. Servers
+    started within inherit the default dispositions (handlers are reset by exec, SIG_IGN is not).
+    """
+    fired: list[int] = []
+
+    def handler(signum, frame):
+        if not fired:
+            fired.append(signum)
+            raise StopSignal(signum)
+
+    old = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h if h is not None else signal.SIG_DFL)
+
+
+def _stop_servers_then_die(signum, frame) -> None:
+    """SIGTERM or SIGHUP to a Python that launched servers through the API (a notebook kernel, a script):
+    stop them, then die of the signal as the default disposition would (exit status 128 + signum)."""
+    if os.getpid() == _HANDLER_PID:  # not in a child forked without exec
+        _stop_all()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+_HANDLER_PID: int | None = None
+
+
+def _guard_api_signals() -> None:
+    """Install _stop_servers_then_die for SIGTERM and SIGHUP where they still have the default disposition
+    (never over a handler someone else set, nor over an inherited SIG_IGN); main thread only."""
+    global _HANDLER_PID
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) == signal.SIG_DFL:
+            signal.signal(sig, _stop_servers_then_die)
+            _HANDLER_PID = os.getpid()
 
 
 # ----- processes, read from /proc where there is one (Linux); os.kill(pid, 0) elsewhere
@@ -224,6 +304,10 @@ def start(spec: LaunchConfig | ServerCommand, *, env: dict[str, str] | None = No
     `version` picks the SGLang command-line spelling (default: the installed SGLang).
     """
     reap_stale()
+    if spec.port and port_taken(spec.host, spec.port):
+        # else the health check would find the other server's answer and report it as ours
+        raise ServerError(f"port {spec.port} on {spec.host} is already taken (another server?): choose another "
+                          "port, or leave it unset for a free one")
     port = spec.port or free_port(spec.host)
     if isinstance(spec, LaunchConfig):
         argv = spec.replace(port=port).command(version)
@@ -233,6 +317,7 @@ def start(spec: LaunchConfig | ServerCommand, *, env: dict[str, str] | None = No
     url = f"http://{url_host}:{port}"
     folder = run_dir()
     log_path = Path(log_path) if log_path else folder / f"server-{port}-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    _guard_api_signals()
     with open(log_path, "w") as log:
         log.write(f"# {' '.join(argv)}\n")
         log.flush()
@@ -241,12 +326,18 @@ def start(spec: LaunchConfig | ServerCommand, *, env: dict[str, str] | None = No
                                        start_new_session=True, env={**os.environ, **(env or {})})
         except OSError as exc:
             raise ServerError(f"cannot start {argv[0]}: {exc}") from None
-    pid_file = folder / f"{process.pid}.json"
-    server = Server(argv, url, process, log_path, pid_file, spec.api_key, grace)
-    _LIVE[process.pid] = server
-    pid_file.write_text(json.dumps({"pid": process.pid, "ticks": server.ticks, "owner": os.getpid(),
-                                    "owner_ticks": start_ticks(os.getpid()), "argv": argv, "url": url,
-                                    "log": str(log_path)}))
+    try:
+        pid_file = folder / f"{process.pid}.json"
+        server = Server(argv, url, process, log_path, pid_file, spec.api_key, grace)
+        _LIVE[process.pid] = server
+        pid_file.write_text(json.dumps({"pid": process.pid, "ticks": server.ticks, "owner": os.getpid(),
+                                        "owner_ticks": start_ticks(os.getpid()), "argv": argv, "url": url,
+                                        "log": str(log_path)}))
+    except BaseException:  # a stop signal (or a full disk) between the start and the bookkeeping
+        kill_session(process.pid, 5.0, None, process)
+        _LIVE.pop(process.pid, None)
+        (folder / f"{process.pid}.json").unlink(missing_ok=True)
+        raise
     return server
 
 
@@ -300,5 +391,6 @@ def _same_group(pid: int) -> bool:
         return False
 
 
-__all__ = ["HEALTH_PATH", "RUN_DIR_ENV", "Server", "ServerCommand", "ServerError", "free_port", "kill_session", "launch",
-           "pid_alive", "reap_stale", "run_dir", "session_members", "start", "start_ticks"]
+__all__ = ["HEALTH_PATH", "RUN_DIR_ENV", "STOP_SIGNALS", "Server", "ServerCommand", "ServerError", "StopSignal", "free_port",
+           "kill_session", "launch", "pid_alive", "port_taken", "reap_stale", "run_dir", "session_members", "start",
+           "start_ticks", "stop_on_signals"]

@@ -1,7 +1,7 @@
 """A room: one server per student on one node, each on its own port with its own API key.
 
 The servers start together; the room waits until every one can generate, writes the CSV of
-name, URL and key to hand out, and then watches them until Ctrl-C, SIGTERM or `specdec room --stop`
+name, URL and key to hand out, and then watches them until Ctrl-C, SIGTERM, SIGHUP or `specdec room --stop`
 (which reads the state file: the room's pid and each server's process group) stops them all. A
 server that fails to start is reported with the end of its log, and the others are stopped.
 """
@@ -264,8 +264,9 @@ class Room:
 
     def stop(self) -> None:
         """Stop every server (SIGTERM, then SIGKILL after the grace period) and remove the state file."""
-        # a second Ctrl-C must not cut the stopping short
-        old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)} if _main_thread() else {}
+        # a second Ctrl-C (or SIGTERM, SIGHUP) must not cut the stopping short
+        stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+        old = {s: signal.signal(s, signal.SIG_IGN) for s in stops} if _main_thread() else {}
         try:
             stopping = [threading.Thread(target=s.stop) for s in self.servers.values()]  # all at once: one grace period
             for th in stopping:
