@@ -223,16 +223,21 @@ def test_a_client_leaving_mid_stream_frees_its_row(server):
     assert scheduler.state()["counters"]["generation_tokens"] - before < 480  # stopped early: its row was freed
 
 
-def test_api_key_guards_everything_but_health(tiny_bundle):
+def test_api_key_guards_what_sglang_guards(tiny_bundle):
+    """As SGLang 0.5.16: /health, /health_generate, /metrics and OPTIONS stay open; the scheme in any case."""
     with running_server(tiny_bundle, "ar", max_batch=2, api_key="s3cret") as (url, _):
-        assert requests.get(f"{url}/health", timeout=10).status_code == 200
-        for method, path in (("get", "/health_generate"), ("get", "/server_info"), ("get", "/metrics"),
-                             ("get", "/v1/models"), ("post", "/generate"), ("post", "/flush_cache")):
-            r = getattr(requests, method)(url + path, timeout=10)
-            assert r.status_code == 401 and "API key" in r.json()["message"], path
-        ok = requests.post(f"{url}/generate", json={"text": "a", "sampling_params": {"max_new_tokens": 2}},
-                           headers={"Authorization": "Bearer s3cret"}, timeout=30)
-        assert ok.status_code == 200 and ok.json()["meta_info"]["completion_tokens"] == 2
+        for path in ("/health", "/health_generate", "/metrics"):
+            assert requests.get(url + path, timeout=30).status_code == 200, path
+        assert requests.options(f"{url}/generate", timeout=10).status_code != 401
+        for method, path in (("get", "/server_info"), ("get", "/v1/models"), ("post", "/generate"),
+                             ("post", "/flush_cache")):
+            for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic s3cret"}):
+                r = getattr(requests, method)(url + path, headers=headers, timeout=10)
+                assert r.status_code == 401 and "API key" in r.json()["message"], (path, headers)
+        for scheme in ("Bearer", "bearer", "BEARER"):
+            ok = requests.post(f"{url}/generate", json={"text": "a", "sampling_params": {"max_new_tokens": 2}},
+                               headers={"Authorization": f"{scheme} s3cret"}, timeout=30)
+            assert ok.status_code == 200 and ok.json()["meta_info"]["completion_tokens"] == 2
         assert "spec_verify_ct" not in ok.json()["meta_info"]  # plain decoding: no speculative counters
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
 import torch
@@ -41,6 +42,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    # Started from a script (`&`, nohup) SIGINT or SIGHUP may arrive ignored: while loading, each signal stops
+    # the process; once serving, run() drains and exits 0.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
     method = SGLANG_NAMES[args.speculative_algorithm]
     if args.k < 1 or args.max_running_requests < 1:
         raise UsageError("--k and --max-running-requests must be >= 1")
@@ -71,6 +77,10 @@ def main(args: argparse.Namespace) -> int:
                              api_key_set=bool(args.api_key), device=device, dtype=str(dtype).removeprefix("torch."))
     print(f"specdec serve: {args.model}, {describe(engine)}, {torch.get_num_threads()} CPU thread(s)", flush=True)
     print(f"specdec serve: listening on http://{args.host}:{port}", flush=True)
-    run(Scheduler(engine, bundle.tokenizer), server_args, sock, args.api_key)
+    scheduler = Scheduler(engine, bundle.tokenizer)
+    if run(scheduler, server_args, sock, args.api_key) != 0:
+        print(f"specdec serve: the engine stopped ({type(scheduler.error).__name__}: {scheduler.error}); exiting with "
+              "status 1 so that a supervisor restarts the server", file=sys.stderr, flush=True)
+        return 1
     print("specdec serve: stopped", file=sys.stderr, flush=True)
     return 0

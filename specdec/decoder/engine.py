@@ -68,8 +68,10 @@ class SamplingParams:
             raise ValueError(f"temperature must be >= 0, got {self.temperature!r}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
-        if not (isinstance(self.top_k, int) and self.top_k >= 0):
-            raise ValueError(f"top_k must be an integer >= 0, got {self.top_k!r}")
+        if not (isinstance(self.top_k, int) and 0 <= self.top_k < 2**31):
+            raise ValueError(f"top_k must be an integer in [0, 2**31), got {self.top_k!r}")
+        if self.seed is not None and not (isinstance(self.seed, int) and 0 <= self.seed < 2**64):
+            raise ValueError(f"seed must be an integer in [0, 2**64), got {self.seed!r}")
 
 
 @dataclass
@@ -203,12 +205,17 @@ class Engine:
             raise ValueError(f"{len(prompts)} prompts but {len(free)} free rows")
         t0 = time.perf_counter()
         slots, updates, i = free[: len(prompts)], [], 0
-        while i < len(prompts):  # runs of consecutive slots are prefilled in one forward
-            j = i + 1
-            while j < len(prompts) and slots[j] == slots[j - 1] + 1:
-                j += 1
-            updates += self._prefill(slots[i], prompts[i:j], params[i:j])
-            i = j
+        try:
+            while i < len(prompts):  # runs of consecutive slots are prefilled in one forward
+                j = i + 1
+                while j < len(prompts) and slots[j] == slots[j - 1] + 1:
+                    j += 1
+                updates += self._prefill(slots[i], prompts[i:j], params[i:j])
+                i = j
+        except BaseException:  # all or nothing: no half-admitted row may stay behind to break the next step
+            for slot in slots:
+                self.retire(slot)
+            raise
         self.times["prefill"] += time.perf_counter() - t0
         return updates
 

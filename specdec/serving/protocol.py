@@ -26,6 +26,7 @@ log = logging.getLogger("specdec.serve")
 DEFAULT_MAX_NEW_TOKENS = 128  # /generate (its SamplingParams)
 DEFAULT_COMPLETION_TOKENS = 16  # /v1/completions (its CompletionRequest); chat has none: to EOS or the context
 MAX_STOP_STRINGS = 16
+MAX_JSON_DEPTH = 32  # a request nests 4 or 5 levels; deeper is an attack, refused before anything walks it
 MAX_SEQUENCES = 256  # prompts x n in one request: each is a request of its own in the batch
 WEIGHT_VERSION = "default"  # SGLang's label of the weights it serves; these never change while serving
 DEFAULT_MODEL = "default"  # what SGLang echoes when an OpenAI request names no model
@@ -144,9 +145,30 @@ def parse_json(body: bytes) -> dict:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise BadRequest(f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise BadRequest("the JSON is nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+        raise BadRequest(f"malformed JSON: {exc}") from None
+    if _depth(data) > MAX_JSON_DEPTH:
+        raise BadRequest(f"the JSON is nested more than {MAX_JSON_DEPTH} levels deep")
     if not isinstance(data, dict):
         raise BadRequest(f"the request body must be a JSON object, got {type(data).__name__}")
     return data
+
+
+def _depth(value, level: int = 0) -> int:
+    """How deeply a parsed JSON value nests (iterative: a hostile body cannot blow the stack)."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        v, d = todo.pop()
+        deepest = max(deepest, d)
+        if d > MAX_JSON_DEPTH:
+            break
+        if isinstance(v, dict):
+            todo += [(x, d + 1) for x in v.values()]
+        elif isinstance(v, list):
+            todo += [(x, d + 1) for x in v]
+    return deepest
 
 
 def _number(data: dict, key: str, default, low=None, high=None, integer=False):
@@ -200,13 +222,13 @@ def sampling(data: dict, engine: Engine, max_tokens_key: str, defaults: dict) ->
     top_p = _number(data, "top_p", 1.0, 0.0, 1.0)
     if top_p == 0:
         raise BadRequest("top_p must be > 0")
-    top_k = _number(data, "top_k", 0, -1, None, integer=True)
+    top_k = _number(data, "top_k", 0, -1, 2**30, integer=True)  # SGLang's -1 (off) reads 1 << 30 as "no cut"
     max_new = _number(data, max_tokens_key, None, 1, context, integer=True)
     if max_new is None and data.get(max_tokens_key, 0) is not None:  # absent: the endpoint's default
         max_new = defaults.get("max_new_tokens")
     seed = data.get("seed", data.get("sampling_seed"))
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
-        raise BadRequest(f"seed must be a non-negative integer, got {json.dumps(seed)}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64):
+        raise BadRequest(f"seed must be an integer in [0, 2**64), got {json.dumps(seed)}")
     ignore_eos = _flag(data, "ignore_eos")
     params = SamplingParams(max_new_tokens=max_new, temperature=float(temperature), top_p=float(top_p),
                             top_k=max(0, top_k), stop_at_eos=not ignore_eos, seed=seed)
@@ -232,6 +254,10 @@ def _prompt_ids(value, tokenizer, engine: Engine, what: str) -> list[int]:
     if isinstance(value, str):
         if not value:
             raise BadRequest(f"{what} is empty")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise BadRequest(f"{what} holds a lone surrogate (not valid Unicode text)") from None
         ids = tokenizer(value)["input_ids"]
     elif isinstance(value, list) and value and all(isinstance(t, int) and not isinstance(t, bool) for t in value):
         ids = value

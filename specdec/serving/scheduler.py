@@ -13,12 +13,14 @@ import asyncio
 import collections
 import dataclasses
 import itertools
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
 
 from specdec.decoder.engine import Engine, RowUpdate, SamplingParams
 
+log = logging.getLogger("specdec.serve")
 STEP_WINDOW = 40  # steps in a "recent" gauge (SGLang's default --decode-log-interval)
 
 
@@ -48,6 +50,10 @@ class Progress:
     finished_at: float | None = None
     new_tokens: int = 0  # how many of output_ids arrived with this event
     admitted_at: float | None = None  # when it left the queue for a row (meta_info's queue_time)
+
+
+class EngineError(RuntimeError):
+    """The engine failed while serving a request (HTTP 500); other requests go on."""
 
 
 class Handle:
@@ -80,7 +86,9 @@ class Scheduler:
         self.since_flush = collections.Counter()  # verify steps and their tokens, for the average accept length
         self.recent: collections.deque = collections.deque(maxlen=STEP_WINDOW)  # (s, tokens, verify steps, their tokens)
         self.step_times: dict[int, collections.deque] = {}  # running rows -> recent step seconds
-        self.thread = threading.Thread(target=self._loop, name="specdec-engine", daemon=True)
+        self.error: BaseException | None = None  # set if the engine loop died
+        self.admitting: list[Handle] = []
+        self.thread = threading.Thread(target=self._run, name="specdec-engine", daemon=True)
 
     # -- the caller's side (any thread) ----------------------------------------------------------
     def start(self) -> None:
@@ -97,6 +105,10 @@ class Scheduler:
         handle = Handle(request, self, asyncio.get_running_loop())
         request.rid = request.rid or f"{next(self.ids):x}"
         with self.cv:
+            if self.error is not None:  # the engine is gone: say so now rather than queue forever
+                handle.done = True
+                handle.push(EngineError("the engine has stopped; the server is exiting"))
+                return handle
             self.waiting.append(handle)
             self.cv.notify()
         return handle
@@ -137,6 +149,26 @@ class Scheduler:
             return out
 
     # -- the loop (the engine's thread) ------------------------------------------------------------
+    @property
+    def alive(self) -> bool:
+        """The engine loop runs (or has not been started yet) and has not died: what /health reports."""
+        return self.error is None and (self.thread.is_alive() or not self.thread.ident)
+
+    def _run(self) -> None:
+        """The engine thread: the loop, and if it ever dies, every caller told at once (no one waits forever)."""
+        try:
+            self._loop()
+        except BaseException as exc:  # a bug in the loop itself: /health turns 503 and the server exits
+            log.exception("the engine loop died")
+            with self.cv:
+                self.error = exc
+                handles = list(self.waiting) + self.admitting + [h for h, _ in self.rows.values()]
+                self.waiting.clear()
+                self.rows.clear()
+            for h in handles:
+                h.done = True
+                h.push(EngineError(f"the engine stopped: {type(exc).__name__}: {exc}"))
+
     def _loop(self) -> None:
         while True:
             with self.cv:
@@ -148,14 +180,20 @@ class Scheduler:
                 free = len(self.engine.free_slots)
                 admits = [self.waiting.popleft() for _ in range(min(free, len(self.waiting)))]
             if admits:
+                self.admitting = admits  # neither waiting nor running while they are prefilled
                 self._admit(admits)
+                self.admitting = []
             if self.engine.running:
-                t0 = time.perf_counter()
-                updates = self.engine.step()
-                seconds = time.perf_counter() - t0
-                self._record(updates, seconds)
-                for up in updates:
-                    self._deliver(up)
+                try:
+                    t0 = time.perf_counter()
+                    updates = self.engine.step()
+                    seconds = time.perf_counter() - t0
+                    self._record(updates, seconds)
+                    for up in updates:
+                        self._deliver(up)
+                except Exception as exc:  # one step failed: its rows fail with a 500, the engine goes on
+                    log.exception("a decode step failed; its requests are ended")
+                    self._fail_running(EngineError(f"a decode step failed: {type(exc).__name__}: {exc}"))
         for handle, progress in list(self.rows.values()):  # shutting down: end what is running
             self._finish(handle, progress, {"type": "abort", "message": "the server is shutting down"})
 
@@ -170,13 +208,27 @@ class Scheduler:
                 handle.done = True
         self.cancelled.clear()
 
+    def _fail_running(self, error: Exception) -> None:
+        """End every running row with `error` (its caller gets a 500) and free the rows."""
+        with self.cv:
+            rows, self.rows = list(self.rows.items()), {}
+        for slot, (handle, _) in rows:
+            self.engine.retire(slot)
+            handle.done = True
+            handle.push(error)
+
     def _admit(self, handles: list[Handle]) -> None:
-        try:
+        try:  # all or nothing: engine.admit leaves no row behind when it raises
             updates = self.engine.admit([h.request.prompt_ids for h in handles], [h.request.params for h in handles])
-        except ValueError as exc:  # checked before submit; a bug if it happens: fail these requests only
-            for h in handles:
-                h.done = True
-                h.push(ValueError(str(exc)))
+        except Exception as exc:
+            if len(handles) > 1:  # admit them one by one, so only the request at fault fails
+                for h in handles:
+                    self._admit([h])
+                return
+            if not isinstance(exc, ValueError):
+                log.exception("admitting a request failed")
+            handles[0].done = True
+            handles[0].push(exc if isinstance(exc, ValueError) else EngineError(f"{type(exc).__name__}: {exc}"))
             return
         with self.cv:
             for h, up in zip(handles, updates):

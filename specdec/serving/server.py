@@ -9,9 +9,13 @@ folds it in every 40 steps, so it lags), and `"return_spec_trace": true` returns
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hmac
 import itertools
 import json
+import signal
 import socket
+import threading
 import time
 from dataclasses import asdict, dataclass
 
@@ -25,7 +29,7 @@ from specdec.decoder.engine import Engine, SamplingParams
 from specdec.decoder.kv_cache import KVCache
 from specdec.serving import protocol
 from specdec.serving.protocol import BadRequest
-from specdec.serving.scheduler import Handle, Progress, Request, Scheduler
+from specdec.serving.scheduler import EngineError, Handle, Progress, Request, Scheduler
 
 API_VERSION = "0.5.16"  # the SGLang release whose response shapes this server follows
 POLL_S = 0.5  # how often a non-streaming request checks that its caller is still there
@@ -50,12 +54,59 @@ class ServerArgs:
 
 def error(status: int, message: str) -> JSONResponse:
     """One line of JSON, in the shape SGLang's OpenAI layer uses."""
-    kind = {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError"}.get(status, "Error")
+    kind = {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError",
+            413: "RequestTooLargeError"}.get(status, "Error")
     return JSONResponse({"object": "error", "message": message, "type": kind, "code": status}, status_code=status)
 
 
 def sse(obj) -> bytes:
     return f"data: {obj if isinstance(obj, str) else json.dumps(obj)}\n\n".encode()
+
+
+MAX_REQUEST_BYTES = 1 << 20  # 1 MiB: far more than any prompt that fits a context; refused before it is read
+OPEN_PATHS = {"/health", "/health_generate", "/metrics"}  # open under --api-key, as in SGLang 0.5.16
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+def authorised(header: str, api_key: str) -> bool:
+    """`Authorization: Bearer KEY`, the scheme in any case, the key compared in constant time."""
+    scheme, _, token = header.strip().partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), api_key.encode())
+
+
+class Gate:
+    """The checks before a request reaches its handler: the API key, and the body's size (413 from
+    Content-Length at once, or as soon as a chunked body passes the limit). A plain ASGI middleware,
+    unlike @app.middleware("http"), which hides a client's disconnect from the handler."""
+
+    def __init__(self, app, api_key: str | None = None, max_bytes: int = MAX_REQUEST_BYTES):
+        self.app, self.api_key, self.max_bytes = app, api_key, max_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {k.lower(): v for k, v in scope["headers"]}
+        if self.api_key and scope["method"] != "OPTIONS" and scope["path"] not in OPEN_PATHS:
+            if not authorised(headers.get(b"authorization", b"").decode("latin-1"), self.api_key):
+                message = "missing or wrong API key: send the header `Authorization: Bearer KEY`"
+                return await error(401, message)(scope, receive, send)
+        size = headers.get(b"content-length", b"0")
+        if not size.isdigit() or int(size) > self.max_bytes:
+            return await error(413, f"the request body is over {self.max_bytes} bytes")(scope, receive, send)
+        seen = 0
+
+        async def counted():
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.max_bytes:
+                raise BodyTooLarge(f"the request body is over {self.max_bytes} bytes")
+            return message
+
+        await self.app(scope, counted, send)
 
 
 def build_app(scheduler: Scheduler, args: ServerArgs, api_key: str | None = None) -> FastAPI:
@@ -65,19 +116,22 @@ def build_app(scheduler: Scheduler, args: ServerArgs, api_key: str | None = None
     app = FastAPI(title="specdec serve", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
     started = time.time()
 
-    @app.middleware("http")
-    async def authorise(request: HTTPRequest, call_next):
-        if api_key and request.url.path != "/health":
-            if request.headers.get("authorization", "") != f"Bearer {api_key}":
-                return error(401, "missing or wrong API key: send the header `Authorization: Bearer KEY`")
-        return await call_next(request)
+    app.add_middleware(Gate, api_key=api_key)  # pure ASGI: a caller hanging up stays visible to the handlers
+
+    @app.exception_handler(EngineError)
+    async def engine_error(_, exc: EngineError):
+        return error(500 if scheduler.alive else 503, str(exc))
+
+    @app.exception_handler(BodyTooLarge)
+    async def too_large(_, exc: BodyTooLarge):
+        return error(413, str(exc))
 
     @app.exception_handler(BadRequest)
     async def bad_request(_, exc: BadRequest):
         return error(400, str(exc))
 
     async def body(request: HTTPRequest) -> dict:
-        return protocol.parse_json(await request.body())
+        return await asyncio.to_thread(protocol.parse_json, await request.body())
 
     async def events(handle: Handle, request: HTTPRequest):
         """The request's progress events until it finishes; cancels it if the caller leaves."""
@@ -89,6 +143,8 @@ def build_app(scheduler: Scheduler, args: ServerArgs, api_key: str | None = None
                     if await request.is_disconnected():
                         return
                     continue
+                if isinstance(p, EngineError):
+                    raise p
                 if isinstance(p, Exception):
                     raise BadRequest(str(p))
                 yield p
@@ -149,11 +205,14 @@ def build_app(scheduler: Scheduler, args: ServerArgs, api_key: str | None = None
     # -- health --------------------------------------------------------------------------------
     @app.get("/health")
     async def health():
-        return Response(status_code=200)
+        """200 while the engine loop runs; 503 the moment it has died (the process then exits)."""
+        return Response(status_code=200) if scheduler.alive else error(503, "the engine has stopped")
 
     @app.get("/health_generate")
     async def health_generate(request: HTTPRequest):
         """One token through the whole path: the engine loop is alive."""
+        if not scheduler.alive:
+            return error(503, "the engine has stopped")
         probe = Request([0], SamplingParams(max_new_tokens=1, stop_at_eos=False), probe=True)
         if await final(scheduler.submit(probe), request) is None:
             return error(503, "the engine did not answer")
@@ -163,7 +222,8 @@ def build_app(scheduler: Scheduler, args: ServerArgs, api_key: str | None = None
     @app.post("/generate")
     async def generate(request: HTTPRequest):
         received = time.time()
-        job = protocol.parse_generate(await body(request), tokenizer, engine, fields)
+        # tokenizing a long prompt takes a while: off the event loop, so /health and streams go on meanwhile
+        job = await asyncio.to_thread(protocol.parse_generate, await body(request), tokenizer, engine, fields)
         job.received_ts = received
         handles = [scheduler.submit(r) for r in job.requests]
         if job.stream:
@@ -184,7 +244,7 @@ def build_app(scheduler: Scheduler, args: ServerArgs, api_key: str | None = None
         """One choice per Request of the job (each prompt n times), streamed as SGLang 0.5.16 streams."""
         received = time.time()
         parse = protocol.parse_chat if chat else protocol.parse_completion
-        job = parse(await body(request), tokenizer, engine, fields)
+        job = await asyncio.to_thread(parse, await body(request), tokenizer, engine, fields)
         job.received_ts = received
         handles = [scheduler.submit(r) for r in job.requests]
         if not job.stream:
@@ -323,14 +383,45 @@ def describe(engine: Engine) -> str:
     return f"{what}, up to {engine.capacity} running requests, context {engine.max_len}, {where}"
 
 
-def run(scheduler: Scheduler, args: ServerArgs, sock: socket.socket, api_key: str | None = None) -> None:
-    """Serve until SIGINT or SIGTERM (uvicorn's graceful shutdown), then stop the engine loop."""
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+DRAIN_S = 10.0  # on a stop signal, in-flight requests get this long to finish
+
+
+def run(scheduler: Scheduler, args: ServerArgs, sock: socket.socket, api_key: str | None = None) -> int:
+    """Serve until SIGTERM, SIGINT or SIGHUP (in-flight requests drain, then 0) or until the engine loop
+    dies (1, at once: a supervisor restarts the server)."""
     import uvicorn  # the server's own dependency, not the decoder's
 
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self):
+            """uvicorn's handlers, for SIGHUP too and whatever the inherited dispositions (a script's `&`
+            ignores SIGINT), without re-raising the signal afterwards: a requested stop exits 0."""
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            previous = {sig: signal.signal(sig, self.handle_exit) for sig in STOP_SIGNALS}
+            try:
+                yield
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+
     app = build_app(scheduler, args, api_key)
+    server = Server(uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=DRAIN_S))
+
+    def watchdog() -> None:  # the engine died: stop serving now (its callers were already told)
+        while not server.should_exit:
+            if not scheduler.alive:
+                server.should_exit = server.force_exit = True
+                return
+            time.sleep(0.2)
+
     scheduler.start()
+    threading.Thread(target=watchdog, name="specdec-watchdog", daemon=True).start()
     try:
-        uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False)).run(sockets=[sock])
+        server.run(sockets=[sock])
     finally:
         scheduler.stop()
         sock.close()
+    return 0 if scheduler.error is None else 1
