@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# `specdec bench` against `specdec serve` on a GPU (tiny zoo, CUDA graphs), plain and NEXTN (the target's MTP
+# layer, k=3), as issue 18 measured it going wrong: every concurrency level warmed before it is timed, runs
+# sized by time, two repeats each, and `--compare` with its intervals.
+# usage (GPU node):  bash benchmarks/gpu_bench_serve.sh   (writes $OUT/gpu_bench_serve.log and the sweeps' JSON)
+set -u
+OUT=${OUT:-/tmp/gpu_bench_serve}
+mkdir -p "$OUT"
+exec > >(tee "$OUT/gpu_bench_serve.log") 2>&1
+export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD PYTHONUNBUFFERED=1
+T0=$(date +%s)
+stamp() { echo "== [$(( $(date +%s) - T0 )) s] $*"; }
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+
+sweep() {  # NAME ALGORITHM PORT
+  stamp "specdec serve --speculative-algorithm $2 (background, SIGINT ignored)"
+  ( trap '' INT; exec python3 -m specdec serve --model tiny --speculative-algorithm "$2" --k 3 --port "$3" \
+      --max-running-requests 16 > "$OUT/serve-$1.log" 2>&1 ) &
+  local pid=$!
+  for _ in $(seq 1 240); do
+    curl -sf "http://127.0.0.1:$3/health_generate" > /dev/null && break
+    kill -0 $pid 2>/dev/null || { echo "specdec serve exited:"; cat "$OUT/serve-$1.log"; return 1; }
+    sleep 0.5
+  done
+  head -n 3 "$OUT/serve-$1.log"
+  stamp "specdec bench $1"
+  python3 -m specdec bench --url "http://127.0.0.1:$3" --categories predictable,code,open --concurrency 1,4,16 \
+      --max-new-tokens 128 --min-run-s 3 --repeats 2 --quiet --out "$OUT/$1.json"
+  kill -TERM $pid; wait $pid; echo "specdec serve exit status $?"; tail -n 1 "$OUT/serve-$1.log"
+}
+
+sweep plain none 30131
+sweep mtp mtp 30132
+stamp "specdec bench --compare plain.json mtp.json"
+python3 -m specdec bench --compare "$OUT/plain.json" "$OUT/mtp.json" --plots "$OUT/plots" --json "$OUT/compare.json"
+pgrep -af "specdec serve" || echo "no specdec serve process left"
+stamp "done"
