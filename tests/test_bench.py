@@ -25,7 +25,7 @@ def sweeps(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv(RUN_DIR_ENV, str(tmp_path_factory.mktemp("run")))
     out = {}
-    cfg = dict(categories=("code", "open"), concurrency=(1, 4, 16), max_new_tokens=8, warmup=1)
+    cfg = dict(categories=("code", "open"), concurrency=(1, 4, 16), max_new_tokens=8, warmup=1, min_run_s=0.0)
     for name, options in (("base", ["--plain", "--step-cost", f"{A},{B_PLAIN}"]), ("spec", ["--step-cost", f"{A},{B_SPEC}"])):
         with launch(standin(*options), progress=False) as server:
             out[name] = run_sweep(SweepConfig(server.url, **cfg), progress=False)
@@ -86,7 +86,7 @@ def test_the_bench_command_writes_a_sweep(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv(RUN_DIR_ENV, str(tmp_path))
     with launch(standin("--chunk-delay", "0.001"), progress=False) as server:
         code = cli(["bench", "--url", server.url, "--categories", "predictable", "--concurrency", "1,2",
-                    "--max-new-tokens", "8", "--requests-per-run", "2", "--out", str(tmp_path / "s.json"), "--quiet"])
+                    "--max-new-tokens", "8", "--requests-per-run", "2", "--min-run-s", "0", "--out", str(tmp_path / "s.json"), "--quiet"])
     assert code == 0 and "predictable" in capsys.readouterr().out
     assert len(json.loads((tmp_path / "s.json").read_text())["runs"]) == 2
 
