@@ -231,7 +231,8 @@ def plot_comparison(base: dict, spec: dict, cmp: dict, out_dir: str | Path) -> l
         ax.set_xscale("log", base=2)
         ax.set_xlabel("concurrency")
         ax.set_ylabel(label)
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:  # a sweep without ITL (non-streaming) draws nothing here
+            ax.legend(fontsize=7)
         save(fig, name)
 
     fig = Figure(figsize=(6, 4))
