@@ -92,8 +92,6 @@ def crossover(points: list[tuple]) -> dict:
             x = math.log(c0) + (s0 - 1) / (s0 - s1) * (math.log(c1) - math.log(c0))
             return {"status": "crosses", "concurrency": math.exp(x),
                     "text": f"speculation stops paying at concurrency {math.exp(x):.1f} (between {c0} and {c1})"}
-        if side != "above":
-            break
     return {"status": "always pays", "concurrency": None,
             "text": f"speculation pays at every concurrency measured (up to {pts[-1][0]}: {pts[-1][1]:.2f}x)"}
 
