@@ -307,3 +307,14 @@ def test_old_sweeps_still_load_and_compare(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "95% interval" in out and "crossover" in out
     assert "an old (/1) sweep" in format_sweep(json.loads(spec.read_text()))
+
+
+def test_repeats_are_resampled_first_so_drift_between_them_widens_the_interval():
+    # ten identical requests per repeat, the second repeat twice as slow: resampling requests alone sees no
+    # spread within a repeat, resampling repeats first gives the same three outcomes as the hand case above
+    records = [{"completion_tokens": 10, "e2e_latency": 1.0, "repeat": 0}] * 10 + \
+              [{"completion_tokens": 10, "e2e_latency": 2.0, "repeat": 1}] * 10
+    assert interval(bootstrap_tok_s(records, 30.0)) == pytest.approx([22.5, 45.0])
+    pooled = [{k: v for k, v in r.items() if k != "repeat"} for r in records]
+    lo, hi = interval(bootstrap_tok_s(pooled, 30.0))
+    assert 25 < lo < hi < 38  # the requests alone: a narrower interval

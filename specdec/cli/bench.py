@@ -34,7 +34,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"each run keeps sending until it has also lasted this many seconds (default {DEFAULT_MIN_RUN_S:g}: "
                         "several seconds on a GPU, so launch jitter averages out; 0 or 1 on a small CPU)")
     p.add_argument("--min-tokens", type=int, default=0, help="... and produced this many output tokens")
-    p.add_argument("--repeats", type=int, default=1, help="measure each run this many times and pool them")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="measure each run this many times and pool them; the interval then resamples the repeats "
+                        "too, so drift between them (a shared or throttled machine) shows as width")
     p.add_argument("--no-warm-levels", action="store_true",
                    help="do not send an untimed wave at each concurrency before timing it")
     p.add_argument("--warmup", type=int, default=2, help="requests sent once before the sweep")

@@ -147,15 +147,30 @@ def closed_loop(client: Client, cfg: SweepConfig, pool: list[str], concurrency: 
 
 
 def bootstrap_tok_s(records: list[dict], tok_s: float | None, n: int = BOOTSTRAP, seed: int = 0) -> np.ndarray | None:
-    """Resampled output tok/s of one run: the requests are resampled with replacement and the measured
-    tok/s scaled by how the resample's tokens per request-second (sum tokens / sum e2e latency) compares
-    with the run's; in a closed loop, throughput = concurrency x that rate. None without the records."""
-    tok = np.array([r.get("completion_tokens") or 0 for r in records if r.get("e2e_latency")], dtype=float)
-    e2e = np.array([r["e2e_latency"] for r in records if r.get("e2e_latency")], dtype=float)
-    if not tok_s or tok.size == 0 or tok.sum() == 0:
+    """Resampled output tok/s of one run: requests are resampled with replacement and the measured tok/s
+    scaled by how the resample's tokens per request-second (sum tokens / sum e2e latency) compares with
+    the run's (in a closed loop, throughput = concurrency x that rate). Where the records come from
+    several repeats ("repeat" field), the repeats are resampled first and then the requests within each
+    (a two-level bootstrap), so that drift between repeats widens the interval. None without records."""
+    rows = [r for r in records if r.get("e2e_latency")]
+    if not tok_s or not rows or not sum(r.get("completion_tokens") or 0 for r in rows):
         return None
-    idx = np.random.default_rng(seed).integers(0, tok.size, size=(n, tok.size))
-    return tok_s * (tok[idx].sum(1) / e2e[idx].sum(1)) / (tok.sum() / e2e.sum())
+    groups = {}
+    for r in rows:
+        groups.setdefault(r.get("repeat", 0), []).append(r)
+    rng = np.random.default_rng(seed)
+    g = len(groups)
+    tok_sums, e2e_sums = np.zeros((g, g, n)), np.zeros((g, g, n))  # group k resampled for draw position j
+    for k, grp in enumerate(groups.values()):
+        tok = np.array([r.get("completion_tokens") or 0 for r in grp], dtype=float)
+        e2e = np.array([r["e2e_latency"] for r in grp], dtype=float)
+        idx = rng.integers(0, tok.size, size=(g, n, tok.size))
+        tok_sums[k], e2e_sums[k] = tok[idx].sum(-1), e2e[idx].sum(-1)
+    pick = rng.integers(0, g, size=(g, n)) if g > 1 else np.zeros((1, n), dtype=int)
+    pos, col = np.arange(g)[:, None], np.arange(n)[None, :]
+    rate = tok_sums[pick, pos, col].sum(0) / e2e_sums[pick, pos, col].sum(0)
+    tok_all = sum(r.get("completion_tokens") or 0 for r in rows)
+    return tok_s * rate / (tok_all / sum(r["e2e_latency"] for r in rows))
 
 
 def interval(samples: np.ndarray | None, level: float = 0.95) -> list[float] | None:
@@ -200,7 +215,7 @@ def warm_level(client: Client, cfg: SweepConfig, concurrency: int) -> None:
 
 def measure(client: Client, cfg: SweepConfig, cat: str, conc: int, bar=None) -> dict:
     """One timed run (repeated cfg.repeats times and pooled): figures, records and the repeats' tok/s."""
-    records, errors, wall, flushed, repeat_tok_s = [], [], 0.0, True, []
+    records, errors, wall, flushed, repeat_tok_s, per_repeat = [], [], 0.0, True, [], []
     before = None
     for i in range(cfg.repeats):
         flushed = (client.flush_cache() if cfg.flush else False) and flushed
@@ -208,14 +223,17 @@ def measure(client: Client, cfg: SweepConfig, cat: str, conc: int, bar=None) -> 
             before = client.metrics()
         recs, errs, w = closed_loop(client, cfg, prompts(cat), conc, cfg.requests_for(conc), bar)
         records, errors, wall = records + recs, errors + errs, wall + w
+        per_repeat.append(recs)
         repeat_tok_s.append(sum(r.completion_tokens or 0 for r in recs) / w if w > 0 else None)
     after = client.metrics() if before is not None else None
-    return {"category": cat, "concurrency": conc, "requests": len(records) + len(errors), "errors": len(errors),
+    run = {"category": cat, "concurrency": conc, "requests": len(records) + len(errors), "errors": len(errors),
             "error_examples": errors[:3], "flushed": flushed, "repeat_tok_s": repeat_tok_s,
             **summarize(records, wall),
             "server_avg_accept_length": client.server_info().avg_spec_accept_length,
             "metrics_accept_length": interval_accept_length(before, after) if after else None,
-            "records": [r.summary() for r in records]}
+            "records": [{**r.summary(), "repeat": i} for i, recs in enumerate(per_repeat) for r in recs]}
+    run["output_tok_s_ci95"] = interval(bootstrap_tok_s(run["records"], run["output_tok_s"]))  # repeats resampled too
+    return run
 
 
 def run_sweep(cfg: SweepConfig, progress: bool = True) -> dict:
