@@ -35,6 +35,12 @@ ENDPOINTS = ("generate", "completions", "chat")
 
 @dataclass
 class SweepConfig:
+    """What to sweep. A run at concurrency c sends at least requests_for(c) requests and keeps its closed
+    loop going until it has also lasted min_run_s seconds and produced min_tokens tokens (default 5 s: on
+    a GPU a step takes milliseconds, and runs of a fraction of a second measured launch jitter and lazy
+    captures; on a small CPU, where 8 requests already take seconds, pass 0). warm_levels sends one
+    untimed wave at each level first; repeats > 1 measures each run again and pools the repeats."""
+
     url: str
     categories: tuple[str, ...] = CATEGORIES
     concurrency: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
