@@ -41,6 +41,8 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--concurrency", default="1,2,4,8,16")
     p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--min-run-s", type=float, default=1.0, help="each run lasts at least this long (seconds)")
+    p.add_argument("--repeats", type=int, default=1)
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     levels = tuple(int(c) for c in args.concurrency.split(","))
@@ -51,7 +53,8 @@ def main() -> None:
     for name, cfg in configs().items():
         t0 = time.perf_counter()
         with launch(cfg, timeout=300, progress=False) as server:
-            runs[name] = run_sweep(SweepConfig(server.url, concurrency=levels, max_new_tokens=args.max_new_tokens),
+            runs[name] = run_sweep(SweepConfig(server.url, concurrency=levels, max_new_tokens=args.max_new_tokens,
+                                               min_run_s=args.min_run_s, repeats=args.repeats),
                                    progress=False)
         (args.out / f"{name}.json").write_text(json.dumps(runs[name], indent=1) + "\n")
         print(f"\n== {name} ({time.perf_counter() - t0:.0f} s, load average {os.getloadavg()[0]:.2f})\n"

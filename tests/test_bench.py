@@ -5,19 +5,27 @@ step costs (step_time_dict or measured TPOT), the plots, and the command line.""
 import json
 import math
 import sys
+import threading
+import time
+from pathlib import Path
 
 import pytest
 from test_launch_lifecycle import standin
 
 from specdec.cli import main as cli
-from specdec.serving.bench import SweepConfig, format_sweep, percentiles, run_sweep
-from specdec.serving.compare import SOURCE_MEASURED, SOURCE_STEP_TIME, compare, crossover, plot_comparison
+from specdec.serving import bench
+from specdec.serving.bench import SCHEMA, SweepConfig, bootstrap_tok_s, format_sweep, interval, percentiles, run_sweep
+from specdec.serving.compare import (SOURCE_MEASURED, SOURCE_STEP_TIME, compare, crossover, format_comparison,
+                                     plot_comparison)
+from specdec.serving.records import RequestRecord, ServerInfo
 from specdec.serving.lifecycle import RUN_DIR_ENV, launch
 
 # Seconds per chunk = A + B x streams in flight. A request of 8 tokens takes 7 plain steps after its
 # first token, or 3 speculative ones (chunks 1, 3, 2, 2), which cost more per extra request:
-# 8 (A + Bp c) = 4 (A + Bs c) at c = 3 (the first token waits too); speedup about 1.4 at c = 1, 0.5 at 16.
+# 8 (A + Bp c) = 4 (A + Bs c) at c = 3 (the first token waits too); speedup about 1.4 at c = 1, 0.7 at 8,
+# 0.5 at 16: levels 1, 8, 16, so that none sits within noise of 1 (at 4, about 0.9, it can).
 A, B_PLAIN, B_SPEC = 0.006, 0.0005, 0.003
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +33,7 @@ def sweeps(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv(RUN_DIR_ENV, str(tmp_path_factory.mktemp("run")))
     out = {}
-    cfg = dict(categories=("code", "open"), concurrency=(1, 4, 16), max_new_tokens=8, warmup=1)
+    cfg = dict(categories=("code", "open"), concurrency=(1, 8, 16), max_new_tokens=8, warmup=1, min_run_s=0.0)
     for name, options in (("base", ["--plain", "--step-cost", f"{A},{B_PLAIN}"]), ("spec", ["--step-cost", f"{A},{B_SPEC}"])):
         with launch(standin(*options), progress=False) as server:
             out[name] = run_sweep(SweepConfig(server.url, **cfg), progress=False)
@@ -37,7 +45,7 @@ def sweeps(tmp_path_factory):
 def test_a_sweep_reports_every_run_from_the_servers_counts(sweeps):
     spec = sweeps["spec"]
     assert [(r["category"], r["concurrency"]) for r in spec["runs"]] == [
-        ("code", 1), ("open", 1), ("code", 4), ("open", 4), ("code", 16), ("open", 16)]
+        ("code", 1), ("open", 1), ("code", 8), ("open", 8), ("code", 16), ("open", 16)]
     for r in spec["runs"]:
         n = max(2 * r["concurrency"], 8)
         assert r["errors"] == 0 and r["requests_ok"] == n and r["output_tokens"] == n * 8 and r["flushed"]
@@ -63,7 +71,7 @@ def test_speculation_stops_paying_where_the_step_costs_say(sweeps):
             c = cmp["crossover"][cat][kind]
             assert c["status"] == "crosses" and 1.5 < c["concurrency"] < 12, (cat, kind, c)
     # the prediction is Lab 1's formula on the measured costs: tau x t_plain / t_spec_step
-    r, (tp, ts) = at[("code", 4)], cmp["step_costs"]["4"].values()
+    r, (tp, ts) = at[("code", 8)], cmp["step_costs"]["8"].values()
     assert r["predicted_speedup"] == pytest.approx(r["accept_length"] * tp / ts)
 
 
@@ -86,7 +94,7 @@ def test_the_bench_command_writes_a_sweep(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv(RUN_DIR_ENV, str(tmp_path))
     with launch(standin("--chunk-delay", "0.001"), progress=False) as server:
         code = cli(["bench", "--url", server.url, "--categories", "predictable", "--concurrency", "1,2",
-                    "--max-new-tokens", "8", "--requests-per-run", "2", "--out", str(tmp_path / "s.json"), "--quiet"])
+                    "--max-new-tokens", "8", "--requests-per-run", "2", "--min-run-s", "0", "--out", str(tmp_path / "s.json"), "--quiet"])
     assert code == 0 and "predictable" in capsys.readouterr().out
     assert len(json.loads((tmp_path / "s.json").read_text())["runs"]) == 2
 
@@ -158,3 +166,156 @@ def test_plot_function_keeps_pyplot_out(sweeps, tmp_path):
     cmp = compare(sweeps["base"], sweeps["spec"])
     plot_comparison(sweeps["base"], sweeps["spec"], cmp, tmp_path)
     assert "matplotlib.pyplot" not in sys.modules or sys.modules["matplotlib.pyplot"].get_fignums() == []
+
+
+# --- measuring what it says: level warm-up, run floors, intervals, "within noise" (issue 18, section 5) ---
+
+class CapturingClient:
+    """A fake server that, like `specdec serve`, pays a slow capture the first time it runs a batch width:
+    it logs each flush and each request (the width it ran at and whether it paid a capture)."""
+
+    CAPTURE_S, STEP_S = 0.05, 0.03
+
+    def __init__(self, url, api_key=None):
+        self.lock, self.in_flight, self.captured, self.log = threading.Lock(), 0, set(), []
+        CapturingClient.last = self
+
+    def server_info(self):
+        return ServerInfo(None, None, None, None, None, None, None, None, {}, {})
+
+    def metrics(self):
+        return None
+
+    def flush_cache(self):
+        with self.lock:
+            self.log.append(("flush",))
+        return True
+
+    def generate(self, prompt, max_new_tokens, temperature, ignore_eos=True):
+        with self.lock:
+            self.in_flight += 1
+            width = self.in_flight
+            cold = width not in self.captured
+            self.captured.add(width)
+            self.log.append(("request", width, cold))
+        t0 = time.perf_counter()
+        time.sleep(self.STEP_S + (self.CAPTURE_S if cold else 0.0))
+        with self.lock:
+            self.in_flight -= 1
+        return RequestRecord("generate", time.perf_counter() - t0, completion_tokens=max_new_tokens, ttft=0.001)
+
+
+def _timed_requests(log, runs):
+    """The log entries of the timed runs: after each run's flush, that run's requests."""
+    flushes = [i for i, e in enumerate(log) if e[0] == "flush"]
+    return [[e for e in log[i + 1:] if e[0] == "request"][: r["requests"]] for i, r in zip(flushes, runs)]
+
+
+@pytest.mark.parametrize("warm_levels", [True, False])
+def test_every_level_is_warmed_at_its_own_concurrency_before_it_is_timed(monkeypatch, warm_levels):
+    monkeypatch.setattr(bench, "Client", CapturingClient)
+    cfg = SweepConfig("http://fake", ("code", "open"), (1, 3, 6), 8, requests_per_run=6, warmup=0, min_run_s=0.0,
+                      warm_levels=warm_levels)
+    result = run_sweep(cfg, progress=False)
+    timed = _timed_requests(CapturingClient.last.log, result["runs"])
+    assert [len(t) for t in timed] == [6] * 6
+    assert max(e[1] for t in timed[4:] for e in t) == 6  # concurrency 6 was really reached
+    cold = [e for t in timed for e in t if e[2]]
+    if warm_levels:
+        assert cold == []  # every capture was paid by a warm-up wave at that level, none inside a timed run
+        assert result["schema"] == SCHEMA and result["settings"]["warm_levels"]
+    else:
+        assert cold  # the planted lazy capture is what the warm-up removes
+
+
+def test_a_run_lasts_until_both_the_request_and_the_time_floor_are_met(monkeypatch):
+    monkeypatch.setattr(bench, "Client", CapturingClient)
+    cfg = SweepConfig("http://fake", ("code",), (2,), 8, requests_per_run=4, warmup=0, min_run_s=0.5)
+    run = run_sweep(cfg, progress=False)["runs"][0]
+    assert run["wall_s"] >= 0.5 and run["errors"] == 0
+    assert run["requests"] > 4  # 4 requests of ~30 ms at concurrency 2 end long before 0.4 s: it kept sending
+    assert run["requests_ok"] == len(run["records"]) and run["output_tokens"] == 8 * run["requests_ok"]
+    cfg = SweepConfig("http://fake", ("code",), (2,), 8, requests_per_run=4, warmup=0, min_run_s=0.0, min_tokens=100)
+    run = run_sweep(cfg, progress=False)["runs"][0]
+    assert run["output_tokens"] >= 100 and run["requests"] >= 13
+
+
+def test_repeats_pool_their_requests(monkeypatch):
+    monkeypatch.setattr(bench, "Client", CapturingClient)
+    cfg = SweepConfig("http://fake", ("code",), (2,), 8, requests_per_run=4, warmup=0, min_run_s=0.0, repeats=3)
+    run = run_sweep(cfg, progress=False)["runs"][0]
+    assert run["requests"] == 12 and len(run["repeat_tok_s"]) == 3 and run["output_tok_s_ci95"] is not None
+    assert sum(x == ("flush",) for x in CapturingClient.last.log) == 3
+
+
+def test_the_bootstrap_interval_matches_a_hand_computation():
+    # two requests of 10 tokens, taking 1 s and 2 s: a resample of both is one of 10/1, 20/3 or 10/2 tokens
+    # per request-second with chances 1/4, 1/2, 1/4, so its 2.5% and 97.5% percentiles are exactly 5 and 10;
+    # the run's rate is 20/3, so the interval of its 30 tok/s is 30 x [5, 10] / (20/3) = [22.5, 45].
+    records = [{"completion_tokens": 10, "e2e_latency": 1.0}, {"completion_tokens": 10, "e2e_latency": 2.0}]
+    assert interval(bootstrap_tok_s(records, 30.0)) == pytest.approx([22.5, 45.0])
+    assert interval(bootstrap_tok_s([], 30.0)) is None and interval(bootstrap_tok_s(records, None)) is None
+    same = [{"completion_tokens": 10, "e2e_latency": 1.0}] * 5  # no spread, no width
+    assert interval(bootstrap_tok_s(same, 30.0)) == pytest.approx([30.0, 30.0])
+
+
+def test_crossover_is_within_noise_where_the_interval_contains_one():
+    noisy = crossover([(1, 1.5, [1.3, 1.7]), (4, 0.95, [0.8, 1.1]), (16, 0.6, [0.5, 0.7])])
+    assert noisy["status"] == "within noise" and noisy["concurrency"] is None
+    assert "pays up to concurrency 1; at 4 the speedup is within noise of 1" in noisy["text"]
+    clear = crossover([(1, 1.5, [1.3, 1.7]), (4, 0.7, [0.6, 0.8])])
+    assert clear["status"] == "crosses" and clear["concurrency"] == pytest.approx(4 ** (0.5 / 0.8))
+    # the H200 case: a first level whose interval straddles 1 is not "does not pay"
+    first = crossover([(1, 0.9, [0.3, 1.4]), (2, 0.8, [0.7, 0.9])])
+    assert first["status"] == "within noise" and "does not pay" not in first["text"]
+    assert crossover([(1, 0.8, [0.7, 0.9])])["status"] == "never pays"
+    assert crossover([(1, 1.5, [1.2, 1.8]), (2, 1.3, [1.1, 1.5])])["status"] == "always pays"
+
+
+def _noisy_sweep(levels: dict, spread: float) -> dict:
+    """A sweep whose runs have 20 requests of 10 tokens; their latencies alternate 1 -/+ spread."""
+    runs = []
+    for c, tok_s in levels.items():
+        records = [{"completion_tokens": 10, "e2e_latency": 1 + (spread if i % 2 else -spread)} for i in range(20)]
+        runs.append({"category": "code", "concurrency": c, "output_tok_s": tok_s, "output_tokens": int(tok_s),
+                     "wall_s": 1.0, "accept_length": None, "spec_verify_ct": None, "spec_requests": 0,
+                     "spec_completion_tokens": None, "itl_s": None, "records": records})
+    return {"url": "u", "server": {"num_draft_tokens": 4, "max_running_requests": None}, "step_time": {}, "runs": runs}
+
+
+def test_compare_carries_the_speedups_interval_and_says_within_noise(tmp_path):
+    base = _noisy_sweep({1: 100.0, 8: 400.0}, 0.0)
+    tight, wide = _noisy_sweep({1: 150.0, 8: 300.0}, 0.05), _noisy_sweep({1: 150.0, 8: 380.0}, 0.6)
+    cmp = compare(base, tight)
+    row = {r["concurrency"]: r for r in cmp["rows"] if r["category"] == "code"}
+    lo, hi = row[1]["speedup_ci95"]
+    assert lo < 1.5 < hi and lo > 1.3 and hi < 1.7  # the base has no spread: spec's interval / 100
+    assert row[1]["speedup_ci95"] == pytest.approx([x / 100 for x in row[1]["spec_tok_s_ci95"]])
+    assert cmp["crossover"]["code"]["measured"]["status"] == "crosses"
+    noisy = compare(base, wide)
+    assert noisy["crossover"]["code"]["measured"]["status"] == "within noise"
+    text = format_comparison(noisy)
+    assert "within noise of 1" in text and "95% interval" in text and "stops paying" not in text
+    assert plot_comparison(base, wide, noisy, tmp_path)[2].name == "speedup.png"
+
+
+def test_old_sweeps_still_load_and_compare(tmp_path, capsys):
+    old = [p for p in sorted(RESULTS.glob("serve_cpu/*.json")) if not p.name.startswith("compare_")]
+    assert old and all(json.loads(p.read_text())["schema"] == "specdec-bench/1" for p in old)
+    base = RESULTS / "serve_cpu" / "plain.json"
+    spec = RESULTS / "serve_cpu" / "NEXTN.json"
+    assert cli(["bench", "--compare", str(base), str(spec), "--plots", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "95% interval" in out and "crossover" in out
+    assert "an old (/1) sweep" in format_sweep(json.loads(spec.read_text()))
+
+
+def test_repeats_are_resampled_first_so_drift_between_them_widens_the_interval():
+    # ten identical requests per repeat, the second repeat twice as slow: resampling requests alone sees no
+    # spread within a repeat, resampling repeats first gives the same three outcomes as the hand case above
+    records = [{"completion_tokens": 10, "e2e_latency": 1.0, "repeat": 0}] * 10 + \
+              [{"completion_tokens": 10, "e2e_latency": 2.0, "repeat": 1}] * 10
+    assert interval(bootstrap_tok_s(records, 30.0)) == pytest.approx([22.5, 45.0])
+    pooled = [{k: v for k, v in r.items() if k != "repeat"} for r in records]
+    lo, hi = interval(bootstrap_tok_s(pooled, 30.0))
+    assert 25 < lo < hi < 38  # the requests alone: a narrower interval

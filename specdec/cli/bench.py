@@ -2,6 +2,11 @@
 
     specdec bench --url URL --categories predictable,code,open --concurrency 1,2,4,8,16,32 --max-new-tokens 128 --out spec.json
     specdec bench --compare base.json spec.json [--plots DIR] [--json OUT]
+
+Each concurrency level is warmed (one untimed wave at that level) before it is timed, since servers capture
+CUDA graphs lazily; each run lasts at least --min-run-s seconds (default 5, several seconds on a GPU; use 0
+or 1 on a small CPU) and carries a 95% bootstrap interval of its tokens/s; --compare says "within noise"
+where the speedup's interval contains 1.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ import json
 from pathlib import Path
 
 from specdec.cli.common import UsageError
-from specdec.serving.bench import ENDPOINTS, SCHEMA, SweepConfig, format_sweep, run_sweep
+from specdec.serving.bench import DEFAULT_MIN_RUN_S, ENDPOINTS, SCHEMAS, SweepConfig, format_sweep, run_sweep
 from specdec.serving.client import ClientError
 from specdec.serving.compare import compare, format_comparison, plot_comparison
 from specdec.serving.prompts import CATEGORIES
@@ -23,8 +28,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--categories", default=",".join(CATEGORIES), help=f"comma-separated: {', '.join(CATEGORIES)}")
     p.add_argument("--concurrency", default="1,2,4,8,16,32", help="comma-separated levels")
     p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--requests-per-run", type=int, default=None, help="default: max(2 x concurrency, 8)")
-    p.add_argument("--warmup", type=int, default=2, help="requests sent before measuring")
+    p.add_argument("--requests-per-run", type=int, default=None,
+                   help="at least this many requests per run (default: max(2 x concurrency, 8))")
+    p.add_argument("--min-run-s", type=float, default=DEFAULT_MIN_RUN_S,
+                   help=f"each run keeps sending until it has also lasted this many seconds (default {DEFAULT_MIN_RUN_S:g}: "
+                        "several seconds on a GPU, so launch jitter averages out; 0 or 1 on a small CPU)")
+    p.add_argument("--min-tokens", type=int, default=0, help="... and produced this many output tokens")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="measure each run this many times and pool them; the interval then resamples the repeats "
+                        "too, so drift between them (a shared or throttled machine) shows as width")
+    p.add_argument("--no-warm-levels", action="store_true",
+                   help="do not send an untimed wave at each concurrency before timing it")
+    p.add_argument("--warmup", type=int, default=2, help="requests sent once before the sweep")
     p.add_argument("--endpoint", choices=ENDPOINTS, default="generate")
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--no-flush", action="store_true", help="do not /flush_cache before each run")
@@ -51,8 +66,8 @@ def _load(path: str) -> dict:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
         raise UsageError(f"cannot read sweep {path}: {exc}") from None
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        raise UsageError(f"{path} is not a `specdec bench` sweep (schema {SCHEMA})")
+    if not isinstance(data, dict) or data.get("schema") not in SCHEMAS:
+        raise UsageError(f"{path} is not a `specdec bench` sweep (schema {' or '.join(SCHEMAS)})")
     return data
 
 
@@ -81,7 +96,9 @@ def main(args) -> int:
     try:
         cfg = SweepConfig(args.url, tuple(c.strip() for c in args.categories.split(",") if c.strip()),
                           _ints(args.concurrency, "concurrency"), args.max_new_tokens, args.requests_per_run,
-                          args.warmup, args.endpoint, args.temperature, flush=not args.no_flush, api_key=args.api_key)
+                          args.warmup, args.endpoint, args.temperature, flush=not args.no_flush, api_key=args.api_key,
+                          min_run_s=args.min_run_s, min_tokens=args.min_tokens, repeats=args.repeats,
+                          warm_levels=not args.no_warm_levels)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     try:

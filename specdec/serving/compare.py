@@ -4,15 +4,21 @@ speedup_from_costs, and the plots.
 
 Step costs come from SGLang's step_time_dict (/server_info, SGLANG_RECORD_STEP_TIME=1, 0.5.23) when
 both sweeps recorded it; otherwise from the plain run's TPOT and the speculative run's time per verify.
+
+Every measured speedup carries a 95% interval: both runs' requests resampled independently (bench's
+bootstrap_tok_s), the interval of the resampled ratio. Where it contains 1 the crossover says "within
+noise" rather than naming a concurrency where speculation stops paying.
 """
 
 from __future__ import annotations
 
 import math
+import zlib
 from pathlib import Path
 
 import numpy as np
 
+from specdec.serving.bench import bootstrap_tok_s, interval
 from specdec.sim.formulas import speedup_from_costs
 
 ALL = "all"  # every category together: total tokens over total wall time
@@ -37,16 +43,52 @@ def accept_length_of(runs: list[dict]) -> float | None:
     return tokens / verify if verify else None
 
 
-def crossover(points: list[tuple[int, float]]) -> dict:
-    """Where speedup first falls to 1 or below, interpolated in log(concurrency)."""
-    pts = sorted((c, s) for c, s in points if s is not None)
+def _samples(run: dict, seed_text: str) -> np.ndarray | None:
+    return bootstrap_tok_s(run.get("records") or [], run.get("output_tok_s"), seed=zlib.crc32(seed_text.encode()))
+
+
+def _pooled_samples(runs: list[dict], which: str) -> np.ndarray | None:
+    """Resampled tok/s of several runs together: sum of resampled tokens over the total wall time."""
+    parts = [_samples(r, f"{which}/{r['category']}/{r['concurrency']}") for r in runs]
+    if not runs or any(p is None for p in parts):
+        return None
+    wall = sum(r["wall_s"] for r in runs)
+    return sum(p * r["wall_s"] for p, r in zip(parts, runs)) / wall if wall else None
+
+
+def _side(point: tuple) -> str:
+    """'above' / 'below' 1 where the interval (or, without one, the value) says so clearly, else 'noise'."""
+    s, ci = point[1], (point[2] if len(point) > 2 else None)
+    if ci is None:
+        return "above" if s > 1 else "below"
+    return "above" if ci[0] > 1 else "below" if ci[1] < 1 else "noise"
+
+
+def _ci_text(point: tuple) -> str:
+    ci = point[2] if len(point) > 2 else None
+    return f"speedup {point[1]:.2f}" + (f", 95% interval {ci[0]:.2f}-{ci[1]:.2f}" if ci else "")
+
+
+def crossover(points: list[tuple]) -> dict:
+    """Where speedup first falls to 1 or below, interpolated in log(concurrency). Points are
+    (concurrency, speedup) or (concurrency, speedup, [lo, hi]): with an interval, a level whose interval
+    contains 1 is "within noise", and a crossover is named only between a level clearly above 1 and the
+    next clearly below it."""
+    pts = sorted((p for p in points if p[1] is not None), key=lambda p: p[0])
     if not pts:
         return {"status": "no data", "concurrency": None}
-    if pts[0][1] <= 1:
+    sides = [_side(p) for p in pts]
+    first = next((i for i, side in enumerate(sides) if side != "above"), None)
+    if first is not None and sides[first] == "noise":
+        lead = (f"speculation pays up to concurrency {pts[first - 1][0]}; at {pts[first][0]}"
+                if first else f"at concurrency {pts[0][0]}")
+        return {"status": "within noise", "concurrency": None,
+                "text": f"{lead} the speedup is within noise of 1 ({_ci_text(pts[first])})"}
+    if first == 0:
         return {"status": "never pays", "concurrency": None,
-                "text": f"speculation does not pay even at concurrency {pts[0][0]} (speedup {pts[0][1]:.2f})"}
-    for (c0, s0), (c1, s1) in zip(pts, pts[1:]):
-        if s1 <= 1:
+                "text": f"speculation does not pay even at concurrency {pts[0][0]} ({_ci_text(pts[0])})"}
+    for (c0, s0, *_), (c1, s1, *_), side in zip(pts, pts[1:], sides[1:]):
+        if side == "below":
             x = math.log(c0) + (s0 - 1) / (s0 - s1) * (math.log(c1) - math.log(c0))
             return {"status": "crosses", "concurrency": math.exp(x),
                     "text": f"speculation stops paying at concurrency {math.exp(x):.1f} (between {c0} and {c1})"}
@@ -87,12 +129,14 @@ def compare(base: dict, spec: dict) -> dict:
     for cat in categories + [ALL]:
         for c in levels:
             if cat == ALL:
-                br = _pooled([b[(x, c)] for x in categories if (x, c) in b and (x, c) in s])
-                sr = _pooled([s[(x, c)] for x in categories if (x, c) in b and (x, c) in s])
+                bs = [b[(x, c)] for x in categories if (x, c) in b and (x, c) in s]
+                ss = [s[(x, c)] for x in categories if (x, c) in b and (x, c) in s]
             elif (cat, c) in b and (cat, c) in s:
-                br, sr = b[(cat, c)], s[(cat, c)]
+                bs, ss = [b[(cat, c)]], [s[(cat, c)]]
             else:
                 continue
+            br, sr = (_pooled(bs), _pooled(ss)) if cat == ALL else (bs[0], ss[0])
+            b_boot, s_boot = _pooled_samples(bs, "base"), _pooled_samples(ss, "spec")
             tau = sr["accept_length"]
             speedup = sr["output_tok_s"] / br["output_tok_s"] if sr["output_tok_s"] and br["output_tok_s"] else None
             predicted = None
@@ -100,13 +144,16 @@ def compare(base: dict, spec: dict) -> dict:
                 kk = max(k, math.ceil(tau - 1), 1)
                 predicted = float(speedup_from_costs(tau, costs[c][0], 0.0, costs[c][1], kk))
             rows.append({"category": cat, "concurrency": c, "base_tok_s": br["output_tok_s"],
-                         "spec_tok_s": sr["output_tok_s"], "speedup": speedup, "accept_length": tau,
+                         "spec_tok_s": sr["output_tok_s"], "speedup": speedup,
+                         "base_tok_s_ci95": interval(b_boot), "spec_tok_s_ci95": interval(s_boot),
+                         "speedup_ci95": interval(s_boot / b_boot) if speedup and b_boot is not None
+                         and s_boot is not None else None, "accept_length": tau,
                          "predicted_speedup": predicted, "itl_p50_base": (br.get("itl_s") or {}).get("p50"),
                          "itl_p50_spec": (sr.get("itl_s") or {}).get("p50")})
     cross = {}
     for cat in categories + [ALL]:
         mine = [r for r in rows if r["category"] == cat]
-        cross[cat] = {"measured": crossover([(r["concurrency"], r["speedup"]) for r in mine]),
+        cross[cat] = {"measured": crossover([(r["concurrency"], r["speedup"], r["speedup_ci95"]) for r in mine]),
                       "predicted": crossover([(r["concurrency"], r["predicted_speedup"]) for r in mine])}
     return {"base": {"url": base["url"], "server": base["server"]}, "spec": {"url": spec["url"], "server": spec["server"]},
             "cost_source": source, "step_costs": {str(c): {"plain_s": p, "spec_step_s": v} for c, (p, v) in costs.items()},
@@ -117,21 +164,35 @@ def _fmt(x, spec=".2f"):
     return "-" if x is None else format(x, spec)
 
 
+def _fmt_ci(ci) -> str:
+    return "-" if not ci else f"[{ci[0]:.2f}, {ci[1]:.2f}]"
+
+
 def format_comparison(cmp: dict) -> str:
     s = cmp["spec"]["server"]
     lines = [f"speculative: {s.get('speculative_algorithm')} ({cmp['spec']['url']}) against plain ({cmp['base']['url']})",
-             f"{'category':<12}{'conc':>5}{'plain tok/s':>13}{'spec tok/s':>12}{'speedup':>9}{'predicted':>11}{'accept':>8}"]
+             f"{'category':<12}{'conc':>5}{'plain tok/s':>13}{'spec tok/s':>12}{'speedup':>9}{'95% interval':>15}"
+             f"{'predicted':>11}{'accept':>8}"]
     for r in cmp["rows"]:
         lines.append(f"{r['category']:<12}{r['concurrency']:>5}{_fmt(r['base_tok_s'], '.1f'):>13}"
-                     f"{_fmt(r['spec_tok_s'], '.1f'):>12}{_fmt(r['speedup']):>9}{_fmt(r['predicted_speedup']):>11}"
+                     f"{_fmt(r['spec_tok_s'], '.1f'):>12}{_fmt(r['speedup']):>9}{_fmt_ci(r.get('speedup_ci95')):>15}"
+                     f"{_fmt(r['predicted_speedup']):>11}"
                      f"{_fmt(r['accept_length']):>8}")
     lines.append("crossover (speedup falls to 1):")
     for cat, c in cmp["crossover"].items():
         lines.append(f"  {cat:<12} measured: {c['measured'].get('text', c['measured']['status'])}; "
                      f"predicted: {c['predicted'].get('text', c['predicted']['status'])}")
+    lines.append("95% interval: both runs' requests resampled (bootstrap); 'within noise' where it contains 1")
     lines.append(f"prediction = accept length x plain step time / speculative step time (speedup_from_costs, "
                  f"drafting inside the speculative step); step costs from {cmp['cost_source']}")
     return "\n".join(lines)
+
+
+def _yerr(values, intervals) -> np.ndarray | None:
+    """Error bar lengths below and above each value from its interval (zero where there is none)."""
+    if not any(intervals):
+        return None
+    return np.array([[v - ci[0], ci[1] - v] if ci else [0.0, 0.0] for v, ci in zip(values, intervals)]).T.clip(0)
 
 
 def plot_comparison(base: dict, spec: dict, cmp: dict, out_dir: str | Path) -> list[Path]:
@@ -157,15 +218,19 @@ def plot_comparison(base: dict, spec: dict, cmp: dict, out_dir: str | Path) -> l
         ax = fig.add_subplot()
         for i, cat in enumerate(cats):
             for result, style, who in ((base, "--", "plain"), (spec, "-", "speculative")):
-                pts = sorted((r["concurrency"], r[metric] if metric != "itl_s" else (r[metric] or {}).get("p50"))
+                pts = sorted((r["concurrency"], r[metric] if metric != "itl_s" else (r[metric] or {}).get("p50"),
+                              r.get("output_tok_s_ci95") if metric == "output_tok_s" else None)
                              for r in result["runs"] if r["category"] == cat)
-                pts = [(c, v * 1000 if metric == "itl_s" else v) for c, v in pts if v is not None]
+                pts = [(c, v * 1000 if metric == "itl_s" else v, ci) for c, v, ci in pts if v is not None]
                 if pts:
-                    ax.plot(*zip(*pts), style, marker="o", color=f"C{i}", label=f"{cat}, {who}")
+                    xs, ys, cis = zip(*pts)
+                    ax.errorbar(xs, ys, yerr=_yerr(ys, cis), fmt=style, marker="o", color=f"C{i}", capsize=3,
+                                label=f"{cat}, {who}")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("concurrency")
         ax.set_ylabel(label)
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:  # a sweep without ITL (non-streaming) draws nothing here
+            ax.legend(fontsize=7)
         save(fig, name)
 
     fig = Figure(figsize=(6, 4))
@@ -173,7 +238,11 @@ def plot_comparison(base: dict, spec: dict, cmp: dict, out_dir: str | Path) -> l
     for i, cat in enumerate(cats + ([ALL] if len(cats) > 1 else [])):
         rows = [r for r in cmp["rows"] if r["category"] == cat]
         color = "black" if cat == ALL else f"C{i}"
-        ax.plot([r["concurrency"] for r in rows], [r["speedup"] for r in rows], "-o", color=color, label=f"{cat} measured")
+        meas = [(r["concurrency"], r["speedup"], r.get("speedup_ci95")) for r in rows if r["speedup"] is not None]
+        if meas:
+            xs, ys, cis = zip(*meas)
+            ax.errorbar(xs, ys, yerr=_yerr(ys, cis), fmt="-o", color=color, capsize=3,
+                        label=f"{cat} measured (95% interval)")
         pred = [(r["concurrency"], r["predicted_speedup"]) for r in rows if r["predicted_speedup"] is not None]
         if pred:
             ax.plot(*zip(*pred), ":x", color=color, label=f"{cat} predicted")
