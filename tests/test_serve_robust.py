@@ -298,3 +298,19 @@ def test_a_dead_engine_exits_the_process_non_zero():
         assert status == 1 and "planted engine bug" in rest, rest
     finally:
         stop_group(p)
+
+
+def test_responses_are_not_held_back_by_nagle():
+    """The listening socket sets TCP_NODELAY, and the connections it accepts inherit it (a response's head and
+    body are separate writes: without it each kept-alive response waited 40 ms for a delayed ACK)."""
+    from specdec.serving.server import bind
+
+    sock = bind("127.0.0.1", 0)
+    try:
+        sock.listen()
+        with socket.create_connection(sock.getsockname(), timeout=10):
+            conn, _ = sock.accept()
+            with conn:
+                assert conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+    finally:
+        sock.close()
