@@ -32,7 +32,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=30000, help="port (0: any free port; default 30000, as SGLang)")
     p.add_argument("--max-running-requests", type=int, default=8, help="rows of the running batch; more wait")
     p.add_argument("--context-length", type=int, default=None, help="prompt + output tokens per request")
-    p.add_argument("--api-key", default=None, help="every endpoint but /health then needs `Authorization: Bearer KEY`")
+    p.add_argument("--api-key", default=None, help="then every endpoint but /health, /health_generate, /metrics (open, as in SGLang) needs "
+                   "`Authorization: Bearer KEY`")
     p.add_argument("--served-model-name", default=None)
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
