@@ -141,6 +141,17 @@ def test_a_dead_engine_loop_makes_health_503_at_once(tiny_bundle, monkeypatch):
         assert greedy(url).status_code == 503  # later requests too, at once
 
 
+def test_a_top_p_too_small_for_float32_keeps_the_top_token(server, alone):
+    """top_p = 1e-50 is valid (in (0, 1]) but rounds to 0 in the engine's float32, where it kept no token at all
+    and sampled from NaN (token 0, a stop). It keeps the most likely token, as any top_p below its mass does."""
+    url, scheduler = server
+    for top_p in (1e-50, 1e-300):
+        r = requests.post(f"{url}/generate", json={"text": PROMPT, "sampling_params": {
+            "max_new_tokens": 16, "temperature": 1.0, "top_p": top_p, "seed": 3, "ignore_eos": True}}, timeout=120)
+        assert r.status_code == 200 and r.json()["output_ids"] == alone, r.text[:200]
+    still_serves(url, scheduler, alone)
+
+
 @pytest.mark.parametrize("name, body", [
     ("nested 1000 deep", b'{"text": "a", "x": ' + b"[" * 1000 + b"]" * 1000 + b"}"),
     ("nested 100 deep", b'{"text": "a", "x": ' + b"[" * 100 + b"]" * 100 + b"}"),
@@ -272,6 +283,16 @@ def test_a_stop_signal_drains_and_exits_0(sig):
         rest = p.stdout.read()
         assert p.wait(timeout=60) == 0, rest
         assert "specdec serve: stopped" in rest
+    finally:
+        stop_group(p)
+
+
+def test_the_listening_line_is_true_when_printed():
+    """A script that waits for `listening on URL` and connects at once is served, not refused: the socket
+    listens before the line is printed (its connections wait in the backlog until uvicorn accepts them)."""
+    p, url = start_serve("--model", "tiny", "--port", "0")
+    try:
+        assert requests.get(f"{url}/health", timeout=60).status_code == 200  # no retry
     finally:
         stop_group(p)
 

@@ -77,6 +77,9 @@ def main(args: argparse.Namespace) -> int:
                              max_running_requests=args.max_running_requests, context_length=engine.max_len,
                              api_key_set=bool(args.api_key), device=device, dtype=str(dtype).removeprefix("torch."))
     print(f"specdec serve: {args.model}, {describe(engine)}, {torch.get_num_threads()} CPU thread(s)", flush=True)
+    # Listen before saying so: a script that connects when it reads the line then waits in the backlog until
+    # uvicorn accepts, instead of being refused (uvicorn listens again with its own backlog).
+    sock.listen(2048)
     print(f"specdec serve: listening on http://{args.host}:{port}", flush=True)
     scheduler = Scheduler(engine, bundle.tokenizer)
     if run(scheduler, server_args, sock, args.api_key) != 0:

@@ -28,6 +28,7 @@ DEFAULT_COMPLETION_TOKENS = 16  # /v1/completions (its CompletionRequest); chat 
 MAX_STOP_STRINGS = 16
 MAX_JSON_DEPTH = 32  # a request nests 4 or 5 levels; deeper is an attack, refused before anything walks it
 MAX_SEQUENCES = 256  # prompts x n in one request: each is a request of its own in the batch
+MIN_TOP_P = 1e-6  # the smallest top_p passed on: 1e-50 would round to 0 in float32 (see sampling)
 WEIGHT_VERSION = "default"  # SGLang's label of the weights it serves; these never change while serving
 DEFAULT_MODEL = "default"  # what SGLang echoes when an OpenAI request names no model
 
@@ -230,7 +231,9 @@ def sampling(data: dict, engine: Engine, max_tokens_key: str, defaults: dict) ->
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64):
         raise BadRequest(f"seed must be an integer in [0, 2**64), got {json.dumps(seed)}")
     ignore_eos = _flag(data, "ignore_eos")
-    params = SamplingParams(max_new_tokens=max_new, temperature=float(temperature), top_p=float(top_p),
+    # a top_p under float32's range rounds to 0 in the engine and keeps no token: any top_p below the top
+    # token's mass (at least 1/vocabulary) keeps that token alone, and so does MIN_TOP_P
+    params = SamplingParams(max_new_tokens=max_new, temperature=float(temperature), top_p=max(MIN_TOP_P, top_p),
                             top_k=max(0, top_k), stop_at_eos=not ignore_eos, seed=seed)
     return params, _stop_strings(data.get("stop"))
 
