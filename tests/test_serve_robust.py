@@ -61,11 +61,12 @@ def still_serves(url: str, scheduler, alone) -> None:
     {"text": "hi", "sampling_params": {"top_k": 2**63}},
     {"text": "hi", "sampling_params": {"max_new_tokens": 10**30}},
     {"text": "hi", "sampling_params": {"temperature": 1e400}},
+    {"text": "hi", "sampling_params": {"temperature": 10**4000}},
 ])
 def test_out_of_range_numbers_are_400_and_the_engine_goes_on(server, alone, body):
     url, scheduler = server
     r = requests.post(f"{url}/generate", data=json.dumps(body), timeout=30)
-    assert r.status_code == 400 and r.json()["message"], r.text
+    assert r.status_code == 400 and 0 < len(r.json()["message"]) < 200, r.text  # one short line
     still_serves(url, scheduler, alone)
 
 

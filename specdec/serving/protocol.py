@@ -178,10 +178,16 @@ def _number(data: dict, key: str, default, low=None, high=None, integer=False):
         return default
     ok = isinstance(value, int) if integer else isinstance(value, (int, float))
     if isinstance(value, bool) or not ok:
-        raise BadRequest(f"{key} must be {'an integer' if integer else 'a number'}, got {json.dumps(value)}")
+        raise BadRequest(f"{key} must be {'an integer' if integer else 'a number'}, got {_short(value)}")
     if (low is not None and value < low) or (high is not None and value > high):
-        raise BadRequest(f"{key} must be in [{low}, {high}], got {value}")
+        raise BadRequest(f"{key} must be in [{low}, {high}], got {_short(value)}")
     return value
+
+
+def _short(value, width: int = 40) -> str:
+    """A value for a one-line error: a 4,000-digit number is not repeated back in full."""
+    text = json.dumps(value)
+    return text if len(text) <= width else f"{text[:width]}... ({len(text)} characters)"
 
 
 def _flag(data: dict, key: str, default: bool = False) -> bool:
