@@ -61,3 +61,13 @@ def stream_events(url: str, body: dict, headers=None, timeout=60) -> list[dict]:
                 out.append(json.loads(payload))
     assert done, "the stream did not end with [DONE]"
     return out
+
+
+def idle(scheduler, timeout: float = 10) -> bool:
+    """Nothing running or waiting within `timeout` seconds: every row was freed."""
+    deadline = time.monotonic() + timeout
+    while scheduler.busy or scheduler.engine.running:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
-from serve_tools import running_server, stream_events
+from serve_tools import idle, running_server, stream_events
 
 from specdec.decoder.engine import Engine
 
@@ -36,16 +36,6 @@ def generate(url, text, n=24, **extra):
         "max_new_tokens": n, "temperature": 0, "ignore_eos": True}, **extra}, timeout=60)
     r.raise_for_status()
     return r.json()
-
-
-def idle(scheduler, timeout=10):
-    """Nothing running or waiting: every row was freed."""
-    deadline = time.monotonic() + timeout
-    while scheduler.busy:
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return scheduler.engine.running == []
 
 
 def test_generate_has_sglang_meta_info(server, alone):

@@ -11,7 +11,7 @@ import pytest
 import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from serve_tools import running_server
+from serve_tools import idle, running_server
 
 from specdec.decoder.engine import Engine
 
@@ -100,10 +100,7 @@ def test_fuzzed_requests_never_harm_the_server(server, tiny_bundle):
           f"{time.monotonic() - t0:.1f} s")
     assert seen["cases"] >= CASES * 0.9 and seen["2xx"] > 0 and seen["4xx"] > 0
 
-    deadline = time.monotonic() + 30
-    while scheduler.busy and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not scheduler.busy and scheduler.engine.running == []  # no row and no waiting request is left
+    assert idle(scheduler, timeout=30)  # no row and no waiting request is left
     ids = tiny_bundle.tokenizer(PROMPT)["input_ids"]
     alone = Engine(tiny_bundle, "ar", max_batch=1, max_len=64, cuda_graphs="off").generate(
         [ids], max_new_tokens=12, stop_at_eos=False).tokens[0]

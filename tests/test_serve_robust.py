@@ -15,7 +15,7 @@ import time
 
 import pytest
 import requests
-from serve_tools import running_server
+from serve_tools import idle, running_server
 
 from specdec.decoder.engine import Engine
 
@@ -39,20 +39,11 @@ def greedy(url: str, n: int = 16) -> requests.Response:
         "max_new_tokens": n, "temperature": 0, "ignore_eos": True}}, timeout=120)
 
 
-def idle(scheduler, timeout: float = 20) -> bool:
-    deadline = time.monotonic() + timeout
-    while scheduler.busy or scheduler.engine.running:
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
-
-
 def still_serves(url: str, scheduler, alone) -> None:
     r = greedy(url)
     assert r.status_code == 200 and r.json()["output_ids"] == alone
     assert requests.get(f"{url}/health", timeout=10).status_code == 200
-    assert idle(scheduler)
+    assert idle(scheduler, timeout=20)
 
 
 @pytest.mark.parametrize("body", [
@@ -125,7 +116,7 @@ def test_an_exception_in_a_step_fails_its_rows_and_the_engine_goes_on(server, al
     monkeypatch.setattr(scheduler.engine, "step", planted)
     r = greedy(url)
     assert r.status_code == 500 and "planted step failure" in r.json()["message"]
-    assert idle(scheduler)
+    assert idle(scheduler, timeout=20)
     still_serves(url, scheduler, alone)
 
 
