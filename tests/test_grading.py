@@ -220,7 +220,7 @@ def test_a_broken_exercise_gets_zero_with_its_reason_and_the_rest_are_graded(bat
 
 @pytest.mark.parametrize("case, words", [
     ("exception", ["cell 3 (1 / 0): line 1: ZeroDivisionError"]),
-    ("cell_loop", ["cell 5 (while True:): timed out after 2s at line 1"]),
+    ("cell_loop", ["cell 5 (while True:): timed out after 2s of CPU time at line 1"]),
     ("sys_exit", ["called sys.exit()"]),
     ("os_exit_cell", ["called os._exit()"]),
     ("exit_builtin", ["called exit()"]),
@@ -298,11 +298,11 @@ def test_student_processes_do_not_outlive_grading(batch):
 
 def test_csv_has_a_row_per_notebook(batch):
     rows = list(csv.reader(io.StringIO(batch["csv"])))
-    assert rows[0] == ["notebook", "total", "max_score", "lab99.q1", "lab99.q2", "lab99.q3"]
+    assert rows[0] == ["notebook", "status", "total", "max_score", "lab99.q1", "lab99.q2", "lab99.q3", "error"]
     assert len(rows) == 1 + len(batch["paths"])
     by_name = {Path(r[0]).stem: r for r in rows[1:]}
-    assert by_name["correct"][1:] == ["6", "6", "2", "3", "1"]
-    assert by_name["wrong_q2"][1:] == ["3", "6", "2", "0", "1"]
+    assert by_name["correct"][1:] == ["graded", "6.00", "6.00", "2.00", "3.00", "1.00", ""]
+    assert by_name["wrong_q2"][1:] == ["graded", "3.00", "6.00", "2.00", "0.00", "1.00", ""]
 
 
 def test_summary_lists_points_and_feedback(batch):
@@ -349,13 +349,19 @@ def test_unreadable_notebook_fails_but_the_others_are_graded(tmp_path):
     bad = tmp_path / "bad.ipynb"
     bad.write_text("{not json")
     good = write_notebook(tmp_path / "good.ipynb")
-    status, out, err = run_cli("grade", str(bad), str(good), "--json", str(tmp_path / "r.json"))
-    assert status == 1
+    status, out, err = run_cli("grade", str(bad), str(good), "--json", str(tmp_path / "r.json"),
+                               "--csv", str(tmp_path / "r.csv"))
+    assert status == 0, err  # grading worked: the bad file's failure is in its row
     errors = [ln for ln in err.splitlines() if "error" in ln]
     assert len(errors) == 1 and "bad.ipynb: not a notebook: invalid JSON" in errors[0]
     entries = json.loads((tmp_path / "r.json").read_text())
     assert [e["score"] for e in entries] == [0.0, 6.0]
     assert "Grading failed" in entries[0]["output"]
+    rows = list(csv.DictReader(io.StringIO((tmp_path / "r.csv").read_text())))
+    assert [(r["status"], r["total"]) for r in rows] == [("failed", "0.00"), ("graded", "6.00")]
+    assert "not a notebook: invalid JSON" in rows[0]["error"] and rows[1]["error"] == ""
+    status, _, err = run_cli("grade", str(bad), str(bad))  # nothing could be graded
+    assert status == 1
 
 
 def test_batch_grades_a_folder_of_submissions_into_one_csv(tmp_path):
@@ -370,8 +376,8 @@ def test_batch_grades_a_folder_of_submissions_into_one_csv(tmp_path):
     status, _, err = run_cli("grade", "--batch", str(class_dir), "--csv", str(tmp_path / "class.csv"), "-j", "2")
     assert status == 0, err
     rows = list(csv.reader(io.StringIO((tmp_path / "class.csv").read_text())))
-    assert rows[0] == ["notebook", "total", "max_score", "lab99.q1", "lab99.q2", "lab99.q3"]
-    assert [(Path(r[0]).parent.name, r[1]) for r in rows[1:]] == [("alice", "6"), ("bob", "3")]
+    assert rows[0] == ["notebook", "status", "total", "max_score", "lab99.q1", "lab99.q2", "lab99.q3", "error"]
+    assert [(Path(r[0]).parent.name, r[2]) for r in rows[1:]] == [("alice", "6.00"), ("bob", "3.00")]
     status, _, err = run_cli("grade", "--batch", str(tmp_path / "nowhere"))
     assert status == 2 and "no such folder" in err
     status, _, err = run_cli("grade")
@@ -393,7 +399,7 @@ def test_total_timeout_kills_the_worker_and_still_writes_results(tmp_path):
     in_checks = write_notebook(tmp_path / "in_checks.ipynb",
                                q2="def mean(xs):\n    import time\n    time.sleep(60)")
     start = time.monotonic()
-    status, out, err = run_cli("grade", str(in_cells), str(in_checks), "--timeout", "4", "--cell-timeout", "100",
+    status, out, err = run_cli("grade", str(in_cells), str(in_checks), "--timeout", "4", "--wall-factor", "1", "--cell-timeout", "100",
                                "--check-timeout", "100", "-j", "2", "--json", str(tmp_path / "r.json"))
     assert time.monotonic() - start < 15
     assert status == 0, err
@@ -449,3 +455,21 @@ def test_command_modules_import_no_heavy_modules():
             "print(sorted(m for m in ('torch', 'numpy', 'IPython', 'nbformat') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert proc.stdout.strip() == "[]", proc.stderr
+
+
+def test_cells_tagged_live_are_not_run_while_grading(tmp_path):
+    """Lab 3's cells that start servers are tagged `live`: grading skips them and says which."""
+    nb = write_notebook(tmp_path / "live.ipynb", extra=["add = None  # would cost lab99.q1 if it ran",
+                                                         "import time\ntime.sleep(3600)  # a server that never answers"])
+    doc = nbformat.read(nb, as_version=4)
+    for cell in doc.cells[-2:]:
+        cell.metadata["tags"] = ["live"]
+    nbformat.write(doc, nb)
+    start = time.monotonic()
+    status, out, err = run_cli("grade", str(nb), "--json", str(tmp_path / "r.json"))
+    assert status == 0, err
+    assert time.monotonic() - start < 30
+    entry = json.loads((tmp_path / "r.json").read_text())
+    assert scores(entry) == POINTS
+    assert "Not run while grading (2 cells tagged `live`" in entry["output"] and "cell 9 (add = None" in entry["output"]
+    assert "not run while grading: 2 cells tagged `live` (cells 9, 10)" in out

@@ -230,7 +230,7 @@ def rogue(monkeypatch, tmp_path):
 
     def start(mode: str, seconds: float = 30.0) -> session.Kernel:
         monkeypatch.setenv("ROGUE", mode)
-        started.append(session.Kernel(str(tmp_path), str(tmp_path), 0, time.monotonic() + seconds))
+        started.append(session.Kernel(str(tmp_path), str(tmp_path), 0, session.Budget(seconds)))
         return started[-1]
 
     yield start

@@ -1,7 +1,9 @@
 """`specdec grade NOTEBOOK...`: run each notebook in a kernel of its own, check it from here, report.
 
-Exit status 0 when every notebook was graded, whatever the scores; 1 when grading could not run
-for some notebook (not a notebook, no checks for its lab); 2 for bad arguments (a missing file).
+Exit status 0 when grading worked, whatever the scores; with several notebooks, a notebook that
+could not be graded (not a notebook, no checks for its lab) is a row with status `failed` and its
+error, and the status is 1 only if none could be; 1 for a single notebook that could not be graded;
+2 for bad arguments (a missing file).
 """
 
 from __future__ import annotations
@@ -36,13 +38,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "leaving out checkpoints and executed copies; with --csv, one row per notebook")
     parser.add_argument("--json", metavar="PATH",
                         help="write Gradescope's results.json (for several notebooks: a list, each with `notebook`)")
-    parser.add_argument("--csv", metavar="PATH", help="write a row per notebook: notebook, total, max_score, each exercise")
+    parser.add_argument("--csv", metavar="PATH", help="write a row per notebook: notebook, status, total, max_score, each exercise, error")
     parser.add_argument("--cell-timeout", type=float, default=defaults.cell_timeout, metavar="S",
-                        help=f"seconds per cell before it is interrupted (default {defaults.cell_timeout:g})")
+                        help=f"seconds of CPU time per cell before it is interrupted (default {defaults.cell_timeout:g})")
     parser.add_argument("--check-timeout", type=float, default=defaults.check_timeout, metavar="S",
-                        help=f"seconds for the calls of an exercise's cases (default {defaults.check_timeout:g})")
+                        help=f"seconds of CPU time for the calls of an exercise's cases (default {defaults.check_timeout:g})")
     parser.add_argument("--timeout", type=float, default=defaults.total_timeout, metavar="S",
-                        help=f"seconds per notebook in all, then it is killed (default {defaults.total_timeout:g})")
+                        help=f"seconds of CPU time per notebook in all, then it is killed (default {defaults.total_timeout:g})")
+    parser.add_argument("--wall-factor", type=float, default=defaults.wall_factor, metavar="F",
+                        help="every limit also holds on the wall clock, F times longer: it stops code that waits "
+                             f"instead of computing (default {defaults.wall_factor:g}; 1: wall-clock limits)")
     parser.add_argument("--memory", type=float, default=defaults.memory_gb, metavar="GIB",
                         help=f"a kernel's data memory; past it allocations fail (default {defaults.memory_gb:g}, 0: no limit)")
     parser.add_argument("--lab", type=int, action="append", metavar="N",
@@ -77,6 +82,8 @@ def _validate(args: argparse.Namespace) -> None:
     for name in ("cell_timeout", "check_timeout", "timeout"):
         if not getattr(args, name) > 0:
             raise UsageError(f"--{name.replace('_', '-')} must be a positive number of seconds")
+    if not args.wall_factor >= 1:
+        raise UsageError("--wall-factor must be at least 1 (the wall clock never runs slower than a CPU)")
     if not args.memory >= 0:
         raise UsageError("--memory must be a number of GiB (0: no limit)")
     if args.jobs < 1:
@@ -133,7 +140,7 @@ def _write(path: str, text: str) -> None:
 def main(args: argparse.Namespace) -> int:
     _validate(args)
     limits = Limits(cell_timeout=args.cell_timeout, check_timeout=args.check_timeout, total_timeout=args.timeout,
-                    memory_gb=args.memory)
+                    memory_gb=args.memory, wall_factor=args.wall_factor)
     results = grade_all(args, limits)
     if args.json:
         _write(args.json, report.results_json(results, single=len(results) == 1))
@@ -144,4 +151,4 @@ def main(args: argparse.Namespace) -> int:
         msg = r.error.splitlines()[0]
         where = "" if msg.startswith(r.notebook) else f"{r.notebook}: "
         print(f"specdec grade: error: {where}{msg}", file=sys.stderr)
-    return 1 if failed else 0
+    return 1 if failed and len(failed) == len(results) else 0

@@ -64,7 +64,10 @@ def describe(exc: BaseException) -> str:
 
 def why_stopped(exc: BaseException) -> str:
     if isinstance(exc, TimeLimitExceeded):
-        return f"timed out: checking took longer than {exc.seconds:g}s (an infinite loop in your code?)"
+        if exc.clock == "CPU":
+            return f"timed out: checking took longer than {exc.seconds:g}s of CPU time (an infinite loop in your code?)"
+        return (f"timed out: checking was still going after {exc.seconds:g}s on the wall clock, short of its CPU-time "
+                "limit (is your code waiting for something?)")
     if isinstance(exc, ProcessExitBlocked):
         return "your code called os._exit() while being checked"
     if isinstance(exc, SystemExit):

@@ -73,13 +73,13 @@ def out_of_memory(exc: BaseException) -> bool:
     return isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc))
 
 
-def run_cell(shell: Any, source: str, seconds: float) -> dict[str, Any] | None:
-    """Run one cell under a time limit; return its problem {kind, message} or None."""
+def run_cell(shell: Any, source: str, seconds: float, wall: float | None = None) -> dict[str, Any] | None:
+    """Run one cell under a time limit (CPU, and `wall` on the wall clock); its problem {kind, message} or None."""
     shell.exit_requested = False
     restore_stdio()
     error: BaseException | None = None
     try:
-        with time_limit(seconds):
+        with time_limit(seconds, wall):
             result = shell.run_cell(source, store_history=True)
         error = result.error_before_exec or result.error_in_exec
     except BaseException as exc:  # the alarm, or the student's code broke IPython itself
@@ -89,7 +89,11 @@ def run_cell(shell: Any, source: str, seconds: float) -> dict[str, Any] | None:
     if isinstance(error, TimeLimitExceeded):
         line = cell_line(error)
         where = f" at line {line}" if line else ""
-        return {"kind": "timeout", "message": f"timed out after {seconds:g}s{where} (an infinite loop?): stopped there"}
+        if error.clock == "CPU":
+            return {"kind": "timeout", "message": f"timed out after {seconds:g}s of CPU time{where} (an infinite loop?): "
+                    "stopped there"}
+        return {"kind": "timeout", "message": f"was still running after {error.seconds:g}s on the wall clock{where}, having "
+                f"used less than its {seconds:g}s of CPU time (waiting for something?): stopped there"}
     if isinstance(error, ProcessExitBlocked):
         return {"kind": "exit", "message": f"called os._exit(), {GO_ON}"}
     if isinstance(error, SystemExit):
@@ -110,7 +114,7 @@ def call(shell: Any, msg: dict[str, Any], buffers: list[bytes]) -> tuple[dict[st
     enc = Encoder()
     restore_stdio()
     try:
-        with time_limit(msg["timeout"]):
+        with time_limit(msg["timeout"], msg.get("wall")):
             reply, trees = call_student(shell.user_ns, msg["name"], cases, msg["stand_ins"], enc)
     finally:
         limits.disarm()
@@ -135,7 +139,7 @@ def serve(shell: Any, requests: int, replies: int) -> None:
             return
         try:
             if msg["op"] == "run_cell":
-                header, out = {"problem": run_cell(shell, msg["source"], msg["timeout"])}, []
+                header, out = {"problem": run_cell(shell, msg["source"], msg["timeout"], msg.get("wall"))}, []
             else:
                 header, out = call(shell, msg, buffers)
         except BaseException as exc:  # a late alarm, or the student's code broke the kernel's own code

@@ -26,7 +26,14 @@ def notebook_output(result: NotebookResult) -> str:
     if result.problems:
         lines.append("Problems while running the notebook:")
         lines += [f"- {p}" for p in result.problems]
+    if result.skipped:
+        lines.append(skipped_line(result))
     return "\n".join(lines)
+
+
+def skipped_line(result: NotebookResult) -> str:
+    return (f"Not run while grading ({len(result.skipped)} cells tagged `live`: they need live servers, and no "
+            f"graded function does): {', '.join(result.skipped)}")
 
 
 def gradescope(result: NotebookResult) -> dict[str, Any]:
@@ -57,15 +64,23 @@ def _id_key(ex_id: str) -> tuple[int, int]:
     return (int(m.group(1)), int(m.group(2))) if m else (1 << 30, 0)
 
 
+def status(result: NotebookResult) -> str:
+    """`graded`, or `failed` when grading could not run (not a notebook, no checks for its lab)."""
+    return "failed" if result.error else "graded"
+
+
 def results_csv(results: list[NotebookResult]) -> str:
-    """A row per notebook: notebook, total, max_score, then the points of each exercise id."""
+    """A row per notebook: notebook, status, total, max_score, the points of each exercise id (2 decimals),
+    and the error that stopped grading, if one did."""
     ids = sorted({t.id for r in results for t in r.tests}, key=_id_key)
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(["notebook", "total", "max_score", *ids])
+    writer.writerow(["notebook", "status", "total", "max_score", *ids, "error"])
     for r in results:
-        got = {t.id: points(t.score) for t in r.tests}
-        writer.writerow([r.notebook, points(r.score), points(r.max_score), *(got.get(i, "") for i in ids)])
+        got = {t.id: f"{t.score:.2f}" for t in r.tests}
+        error = (r.error or "").splitlines()[0] if r.error else ""
+        writer.writerow([r.notebook, status(r), f"{r.score:.2f}", f"{r.max_score:.2f}", *(got.get(i, "") for i in ids),
+                         error])
     return buf.getvalue()
 
 
@@ -93,4 +108,7 @@ def summary(result: NotebookResult) -> str:
             lines.append(f"    {first[:200]}" + (" [...]" if rest or len(first) > 200 else ""))
         if len(result.problems) > SUMMARY_PROBLEMS:
             lines.append(f"    ... and {len(result.problems) - SUMMARY_PROBLEMS} more")
+    if result.skipped:
+        numbers = ", ".join(label.split(" (")[0].removeprefix("cell ") for label in result.skipped)
+        lines.append(f"  not run while grading: {len(result.skipped)} cells tagged `live` (cells {numbers})")
     return "\n".join(lines)

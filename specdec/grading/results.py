@@ -7,11 +7,16 @@ from dataclasses import dataclass, field
 
 @dataclass
 class Limits:
-    """Time limits in seconds, and the kernel's memory."""
+    """Time limits in seconds of the kernel's CPU time (its main thread's), and the kernel's memory.
+
+    A machine busy with other work slows a kernel down but does not change its CPU time, so it does
+    not change a grade. Code that waits (sleeps, reads a socket) uses no CPU: every limit also holds on
+    the wall clock, `wall_factor` times longer."""
 
     cell_timeout: float = 300.0  # per cell: interrupted, then the next cell runs
     check_timeout: float = 60.0  # per batch of calls of one exercise: a zero for that exercise
     total_timeout: float = 1800.0  # the whole notebook: the kernel is killed
+    wall_factor: float = 5.0  # each limit x this on the wall clock: a kernel given a fifth of a core still finishes
     memory_gb: float = 4.0  # the kernel's data (RLIMIT_DATA); past it allocations fail; 0: no limit
 
 
@@ -35,6 +40,7 @@ class NotebookResult:
     problems: list[str] = field(default_factory=list)  # cell errors, timeouts, dead kernels
     execution_time: float = 0.0
     error: str | None = None  # e.g. not a notebook, no checks for its lab: the CLI exits non-zero
+    skipped: list[str] = field(default_factory=list)  # cells tagged live, not run while grading
 
     @property
     def score(self) -> float:

@@ -17,7 +17,7 @@ from typing import Any
 
 from specdec.grading.registry import CheckResult, exercises_for_lab
 from specdec.grading.results import ExerciseResult, Limits, NotebookResult
-from specdec.grading.session import Kernel, KernelCaller, KernelGone, OutOfTime, stop_all
+from specdec.grading.session import Budget, Kernel, KernelCaller, KernelGone, OutOfTime, stop_all
 from specdec.grading.submission import Cell, Submission, SubmissionError, load_submission
 from specdec.grading.tampering import reaches_into_grader
 
@@ -58,7 +58,7 @@ class NotebookRun:
 
     def __init__(self, sub: Submission, limits: Limits, home: str):
         self.sub, self.limits, self.home = sub, limits, home
-        self.deadline = time.monotonic() + limits.total_timeout
+        self.budget = Budget(limits.total_timeout, limits.wall_factor)
         self.kernel: Kernel | None = None
         self.kept: list[Cell] = []  # cells that ran without killing the kernel: a fresh one runs them again
         self.problems: dict[int, list[str]] = {}
@@ -75,7 +75,7 @@ class NotebookRun:
     def spawn(self) -> Kernel:
         """A kernel process, starting; ready() waits for it."""
         try:
-            return Kernel(str(self.sub.path.resolve().parent), self.home, int(self.limits.memory_gb * 2**30), self.deadline)
+            return Kernel(str(self.sub.path.resolve().parent), self.home, int(self.limits.memory_gb * 2**30), self.budget)
         except OSError as exc:
             raise GaveUp(f"the kernel could not start: {exc}") from None
 
@@ -101,7 +101,7 @@ class NotebookRun:
 
     def run_cells(self, spawned: Kernel) -> None:
         self.kernel = self.start(spawned)
-        for cell in self.sub.code_cells:
+        for cell in self.sub.graded_cells:
             if self.kernel is None:
                 self.kernel = self.start()
             self.where = f"in {cell.label()}"
@@ -174,7 +174,7 @@ def grade_submission(sub: Submission, limits: Limits) -> NotebookResult:
                     checking, run.where = ex.id, f"while checking {ex.id}"
                     graded[ex.id] = run.check(ex, seed_of(ex.id, key, secret))
         except OutOfTime:
-            cause = f"the notebook ran past the total time limit of {limits.total_timeout:g}s"
+            cause = f"the notebook ran past the total time limit of {limits.total_timeout:g}s of CPU time"
             stop = f"{cause[0].upper()}{cause[1:]}: it was stopped {run.where}"
             for ex in plan:
                 if checking is None:
@@ -220,4 +220,5 @@ def assemble(sub: Submission, plan: list[Any], graded: dict[str, CheckResult], u
         if fraction < 1.0 and related:  # the likely cause, from the cells of its answer
             feedback += "\n" + "\n".join(related)
         tests.append(ExerciseResult(ex.id, ex.title, round(fraction * ex.points, 4), float(ex.points), feedback))
-    return NotebookResult(str(sub.path), tests, problems, round(seconds, 2), "; ".join(errors) or None)
+    return NotebookResult(str(sub.path), tests, problems, round(seconds, 2), "; ".join(errors) or None,
+                          skipped=[c.label() for c in sub.skipped_cells])

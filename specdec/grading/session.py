@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -24,6 +25,7 @@ KERNEL_MODULE = "specdec.grading.kernel"
 OUTPUT_TAIL_BYTES = 8192  # what is kept of a kernel's stdout+stderr (the student may print GBs)
 START_S = 120.0  # a kernel must be ready this soon (it imports IPython)
 GRACE_S = 2.0  # past a time limit the kernel gets this long to stop by itself, then it is killed
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100  # /proc's unit of CPU time
 
 _running: set[int] = set()  # process groups of the kernels running now (several with --jobs)
 _running_lock = threading.Lock()
@@ -36,6 +38,35 @@ class KernelGone(Exception):
 
 class OutOfTime(Exception):
     """The notebook's total time limit passed (its kernel is killed)."""
+
+
+@dataclass
+class Budget:
+    """A notebook's time in all: seconds of CPU time run by its kernels' main threads (a fresh kernel
+    after a crash spends from the same budget), and a wall-clock backstop `wall_factor` times longer."""
+
+    cpu_s: float
+    wall_factor: float = 1.0
+    start: float = field(default_factory=time.monotonic)
+    used_s: float = 0.0
+
+    @property
+    def wall_deadline(self) -> float:
+        return self.start + self.cpu_s * self.wall_factor
+
+    def left(self) -> float:
+        return self.cpu_s - self.used_s
+
+
+def main_thread_cpu(pid: int) -> float | None:
+    """The CPU seconds a process's main thread has run, read by the grader (Linux's /proc): what the
+    kernel says about itself is not trusted. None where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 class OutputTail(threading.Thread):
@@ -102,10 +133,13 @@ def exit_description(returncode: int) -> str:
 class Kernel:
     """One kernel process and its channel."""
 
-    def __init__(self, cwd: str, home: str, memory_bytes: int, deadline: float):
+    def __init__(self, cwd: str, home: str, memory_bytes: int, budget: Budget):
         if _stopping.is_set():
             raise KernelGone("was not started: grading was interrupted")
-        self.deadline = deadline  # the notebook's total time limit
+        self.budget = budget  # the notebook's total time limit
+        self.deadline = budget.wall_deadline
+        self.charged = 0.0  # of this kernel's CPU time, what the budget already counts
+        self.bound_by_budget = False  # the last request's limit was what the budget had left
         self.alive = True
         self.next_id = 0
         req_r, self.requests = os.pipe()
@@ -133,7 +167,17 @@ class Kernel:
     def ready(self) -> Kernel:
         """Wait for the kernel to be ready (it imports IPython meanwhile; the grader may work)."""
         self.receive(min(self.deadline, self.started + START_S))
+        self.charge(self.started)
         return self
+
+    def charge(self, since: float) -> None:
+        """Count the kernel's CPU time since the last charge against the notebook's budget (where it
+        cannot be read, the time on the wall clock since `since`)."""
+        cpu = main_thread_cpu(self.proc.pid) if self.proc.returncode is None else None
+        if cpu is None:
+            cpu = self.charged + max(0.0, time.monotonic() - since)
+        self.budget.used_s += max(0.0, cpu - self.charged)
+        self.charged = max(self.charged, cpu)
 
     def exited(self, wait: float) -> bool:
         """Has the kernel process ended (waiting up to `wait` s)? Does not reap it: its pid, which
@@ -152,6 +196,8 @@ class Kernel:
         """Kill the kernel's process group, the student's processes in it included, and reap it."""
         if self.proc.returncode is None:
             kill_group(self.proc.pid)
+            self.exited(wait=1.0)  # its CPU time, final, before reaping it
+            self.charge(time.monotonic())
             self.proc.wait()
         self.alive = False
         with _running_lock:
@@ -185,7 +231,9 @@ class Kernel:
             return OutOfTime()
         if not seconds:
             return KernelGone(f"was not ready after {START_S:g}s")
-        return KernelGone(f"did not stop at the time limit of {seconds:g}s (does the code catch the interrupt?): "
+        wall = seconds * self.budget.wall_factor
+        limit = f"{seconds:g}s of CPU time" + (f", {wall:g}s on the wall clock" if wall != seconds else "")
+        return KernelGone(f"did not stop at the time limit of {limit} (does the code catch the interrupt?): "
                           "it was killed")
 
     def receive(self, deadline: float, seconds: float = 0.0) -> tuple[dict[str, Any], list[bytes]]:
@@ -205,10 +253,19 @@ class Kernel:
                 raise self.gone("answered out of turn: it was killed")
 
     def request(self, header: dict[str, Any], buffers: list[bytes], seconds: float) -> tuple[dict[str, Any], list[bytes]]:
-        """Send one request; its reply is due `seconds` (+ a grace) from now, and by the total limit."""
+        """Send one request, to stop after `seconds` of CPU time or `seconds` x the wall factor on the wall
+        clock (less if the notebook's budget has less left); the reply is due by then plus a grace."""
+        left = self.budget.left()
+        if left <= 0:
+            self.kill()
+            raise OutOfTime()
+        limit = min(seconds, left)
+        self.bound_by_budget = limit < seconds
+        wall = limit * self.budget.wall_factor
         self.next_id += 1
-        deadline = min(self.deadline, time.monotonic() + seconds + GRACE_S)
-        data = memoryview(pack({"id": self.next_id, **header}, buffers))
+        sent = time.monotonic()
+        deadline = min(self.deadline, sent + wall + GRACE_S)
+        data = memoryview(pack({"id": self.next_id, **header, "timeout": limit, "wall": wall}, buffers))
         while data:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([], [self.requests], [], left)[1]:
@@ -219,12 +276,21 @@ class Kernel:
                 continue
             except BrokenPipeError:
                 raise self.gone() from None
-        return self.receive(deadline, seconds)
+        reply = self.receive(deadline, seconds)
+        self.charge(sent)
+        return reply
+
+    def spent(self, timed_out: bool) -> None:
+        """OutOfTime when the notebook's budget is spent: the last request stopped at the budget's end."""
+        if self.budget.left() <= 0 or (timed_out and self.bound_by_budget):
+            self.kill()
+            raise OutOfTime()
 
     def run_cell(self, source: str, seconds: float) -> dict[str, Any] | None:
         """Run a cell: None, or its problem {kind, message}; KernelGone if it killed the kernel."""
-        msg, _ = self.request({"op": "run_cell", "source": source, "timeout": seconds}, [], seconds)
+        msg, _ = self.request({"op": "run_cell", "source": source}, [], seconds)
         problem = msg.get("problem")
+        self.spent(isinstance(problem, dict) and problem.get("kind") == "timeout")
         if "failed" in msg:
             return {"kind": "error", "message": f"the kernel failed: {clip(str(msg['failed']))}"}
         if problem is not None and not (isinstance(problem, dict) and isinstance(problem.get("message"), str)):
@@ -241,9 +307,10 @@ class KernelCaller:
     def call(self, name: str, cases: list[tuple], stand_ins: dict[str, str]) -> Reply:
         enc = Encoder()
         trees = [enc.encode(tuple(args)) for args in cases]
-        header = {"op": "call", "name": name, "cases": trees, "stand_ins": stand_ins, "timeout": self.seconds}
+        header = {"op": "call", "name": name, "cases": trees, "stand_ins": stand_ins}
         try:
             msg, buffers = self.kernel.request(header, enc.buffers, self.seconds)
+            self.kernel.spent(isinstance(msg.get("stopped"), str) and msg["stopped"].startswith("timed out"))
         except KernelGone as exc:
             raise CallFailed(f"while this exercise was being checked, the kernel {exc}") from None
         try:

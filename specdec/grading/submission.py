@@ -14,6 +14,9 @@ from pathlib import Path
 from specdec.grading.registry import EXERCISE_ID
 
 FILENAME_LAB = re.compile(r"^(\d+)_")  # labs/01_simulated_loop.ipynb -> lab 1
+# Cells tagged so need live servers or their measurements: grading skips them (the graded functions
+# take data, so none of them needs a server), and the feedback names each one skipped.
+LIVE_TAG = "live"
 
 
 class SubmissionError(Exception):
@@ -25,6 +28,11 @@ class Cell:
     number: int  # 1-based position in the notebook, markdown cells included
     kind: str  # "code", "markdown", "raw"
     source: str
+    tags: tuple[str, ...] = ()  # the cell's metadata tags (Jupyter's "tags")
+
+    @property
+    def live(self) -> bool:
+        return LIVE_TAG in self.tags
 
     def label(self) -> str:
         """`cell 7 (def mean(xs):)`: a name a student can find in the notebook."""
@@ -44,6 +52,15 @@ class Submission:
     def code_cells(self) -> list[Cell]:
         return [c for c in self.cells if c.kind == "code"]
 
+    @property
+    def graded_cells(self) -> list[Cell]:
+        """The code cells grading runs: all but those tagged live."""
+        return [c for c in self.code_cells if not c.live]
+
+    @property
+    def skipped_cells(self) -> list[Cell]:
+        return [c for c in self.code_cells if c.live]
+
     def answer_cells(self) -> dict[str, list[int]]:
         """Exercise id -> numbers of the code cells of its answer (since the previous check cell)."""
         sections: dict[str, list[int]] = {}
@@ -56,6 +73,12 @@ class Submission:
             if ids:
                 pending = []
         return sections
+
+
+def _tags(cell: dict) -> tuple[str, ...]:
+    meta = cell.get("metadata")
+    tags = meta.get("tags") if isinstance(meta, dict) else None
+    return tuple(t for t in tags if isinstance(t, str)) if isinstance(tags, list) else ()
 
 
 def _source(cell: dict, key: str) -> str:
@@ -85,7 +108,7 @@ def parse_notebook(text: str, path: Path) -> list[Cell]:
         if not isinstance(c, dict):
             raise SubmissionError(f"{path}: not a notebook: cell {i} is not an object")
         kind = str(c.get("cell_type", ""))
-        cells.append(Cell(i, kind, _source(c, key if kind == "code" else "source")))
+        cells.append(Cell(i, kind, _source(c, key if kind == "code" else "source"), _tags(c)))
     return cells
 
 
