@@ -473,3 +473,17 @@ def test_cells_tagged_live_are_not_run_while_grading(tmp_path):
     assert scores(entry) == POINTS
     assert "Not run while grading (2 cells tagged `live`" in entry["output"] and "cell 9 (add = None" in entry["output"]
     assert "not run while grading: 2 cells tagged `live` (cells 9, 10)" in out
+
+
+def test_a_check_cell_shows_its_result_once(capsys):
+    """check() prints one line; as the cell's last value its result must not be shown again as a repr."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    try:
+        shell.run_cell(ADD.replace("### BEGIN SOLUTION\n", "").replace("    ### END SOLUTION", ""))
+        shell.run_cell('from specdec.grading import check\ncheck("lab99.q1")')
+    finally:
+        InteractiveShell.clear_instance()
+    out = capsys.readouterr().out
+    assert out.count("lab99.q1 [PASS] 2/2") == 1 and "CheckResult" not in out and "Printed(" not in out, out

@@ -102,12 +102,18 @@ def best_ignores_limit(results, itl_p95_limit_ms):
     return top["config"], top["concurrency"]
 
 
+def best_strict(results, itl_p95_limit_ms):
+    ok = [r for r in results if r["itl_p95_ms"] < itl_p95_limit_ms]
+    top = max(ok, key=lambda r: r["tokens_per_s"]) if ok else None
+    return (top["config"], top["concurrency"]) if top else None
+
+
 PLANTED = [
     ("lab3.q1", accept_length_counts_prefill, "prefill"), ("lab3.q1", accept_length_crashes_on_plain, None),
     ("lab3.q2", overall_is_a_mean, "weight by tokens"), ("lab3.q3", by_position_exactly_i, "exactly i"),
     ("lab3.q4", speedup_inverted, "speculative over plain"), ("lab3.q5", crossover_strict, None),
     ("lab3.q6", flags_wrong_width, "topk 1 forces"), ("lab3.q6", flags_draft_for_nextn, "not for this algorithm"),
-    ("lab3.q7", best_ignores_limit, None),
+    ("lab3.q7", best_ignores_limit, "is over the limit"), ("lab3.q7", best_strict, "means <="),
 ]
 
 
@@ -177,3 +183,9 @@ def _metas(obj):
     elif isinstance(obj, list):
         for v in obj:
             yield from _metas(v)
+
+
+def test_feedback_names_the_case_once(seed=0):
+    res = run_check(get_exercise("lab3.q1"), {"accept_length_of": lambda meta: 1.0}, seed=seed)
+    shown = res.message.split("first failure: ")[1].split(": ")[0]
+    assert shown.startswith("completion_tokens=") and res.message.count(shown) == 1, res.message

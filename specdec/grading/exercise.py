@@ -151,7 +151,8 @@ def judge_cases(part: Part, cases: Sequence[Case], outcomes: list[Outcome]) -> t
             want = part.reference(*case.args) if part.reference else None
             right, why = verdict(part.judge(case, out.value, want))
         fractions.append(right)
-        failures += [f"{case.shown}: {w}" if case.shown else w for w in why]
+        # many judges name the case themselves: name it once
+        failures += [f"{case.shown}: {w}" if case.shown and not w.startswith(case.shown) else w for w in why]
     n, score = len(fractions), sum(fractions) / len(fractions)
     if score == 1.0:
         return 1.0, f"correct on all {n} random {part.what}"

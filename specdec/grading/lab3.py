@@ -340,9 +340,11 @@ def best_cases(rng: np.random.Generator) -> list[Case]:
                                 "itl_p95_ms": float(rng.uniform(2, 60))})
         itl = sorted(r["itl_p95_ms"] for r in results)
         limit = itl[int(rng.integers(0, len(itl)))] if i != 5 else itl[0] / 2  # case 5: nothing fits
+        top = max(results, key=lambda r: r["tokens_per_s"])
         if i == 2:  # the fastest overall is just over the limit
-            top = max(results, key=lambda r: r["tokens_per_s"])
             limit = top["itl_p95_ms"] - 0.01
+        elif i == 3:  # ... or exactly at it: within the limit
+            limit = top["itl_p95_ms"]
         cases.append(Case((results, limit), shown=f"limit {limit:.2f} ms over {len(results)} points"))
     return cases
 
@@ -352,7 +354,27 @@ def judge_best(case: Case, got: Any, want) -> str | None:
         return None if got is None else f"{case.shown}: nothing meets the limit: expected None, got {short(got)}"
     if isinstance(got, (list, tuple)) and len(got) == 2 and got[0] == want[0] and number(got[1]) == want[1]:
         return None
-    return f"{case.shown}: expected {want}, got {short(got)}"
+    return f"{case.shown}: expected {want}, got {short(got)}" + why_not_best(case, got, want)
+
+
+def why_not_best(case: Case, got: Any, want) -> str:
+    """The likely mistake behind a wrong choice, when one explains it."""
+    results, limit = case.args
+    point = next((r for r in results if isinstance(got, (list, tuple)) and len(got) == 2
+                  and (r["config"], r["concurrency"]) == (got[0], number(got[1]))), None)
+    at_limit = [r for r in results if r["itl_p95_ms"] == limit]
+    strict = reference_best([r for r in results if r["itl_p95_ms"] < limit], limit)
+    if at_limit and (got is None and strict is None or point is not None and tuple(got) == strict):
+        best = max(at_limit, key=lambda r: r["tokens_per_s"])
+        return (f" ({best['config']!r} at concurrency {best['concurrency']} has a p95 ITL of exactly the limit: "
+                "within the limit means <=, so it counts)")
+    if point is None:
+        return ""
+    if point["itl_p95_ms"] > limit:
+        return f" (its p95 ITL, {point['itl_p95_ms']:.2f} ms, is over the limit)"
+    if point["tokens_per_s"] < max(r["tokens_per_s"] for r in results if r["itl_p95_ms"] <= limit):
+        return f" (within the limit, but {point['tokens_per_s']:.0f} tokens/s is not the most among those that are)"
+    return ""
 
 
 Q7 = Exercise(

@@ -45,8 +45,8 @@ _REGISTRY: dict[str, Declared] = {}
 _autograding = False
 
 
-class _Skipped(CheckResult):
-    """What check() returns under the autograder: shows nothing as a cell's last value."""
+class Printed(CheckResult):
+    """What check() returns: it printed its line already, so as a cell's last value it shows nothing more."""
 
     def _ipython_display_(self) -> None:
         pass
@@ -101,11 +101,11 @@ def check(exercise_id: str, namespace: dict[str, Any] | None = None) -> CheckRes
 
     Feedback only: the grade is computed by `specdec grade`, outside the notebook's process."""
     if _autograding:
-        return _Skipped(0.0, "skipped: the autograder checks every exercise itself")
+        return Printed(0.0, "skipped: the autograder checks every exercise itself")
     if namespace is None:
         namespace = inspect.currentframe().f_back.f_globals  # the notebook's namespace
     ex = get_exercise(exercise_id)
     res = run_check(ex, namespace)
     mark = "PASS" if res.score >= 1.0 else ("PARTIAL" if res.score > 0 else "FAIL")
     print(f"{ex.id} [{mark}] {res.score * ex.points:g}/{ex.points:g}  {ex.title}: {res.message}")
-    return res
+    return Printed(res.score, res.message)
