@@ -8,6 +8,9 @@ launcher, client and benchmark (specdec.serving). Two parts, one device call eac
   where  a Llama-3.1-8B-shaped target (random weights) plain and EAGLE (random head) with
          SGLANG_SIMULATE_ACC_LEN 1.5, 2.5, 3.5 across concurrency 1..64; a Llama-3.2-1B-shaped target
          plain; batch-1 TPOT at 512 tokens of context for both shapes (the SGLang side of issue 11).
+  tp2    (two GPUs, nvidia-h200-x2) the 8B shape plain and EAGLE (SGLANG_SIMULATE_ACC_LEN 2.5) under
+         --tp-size 2, beside the same servers on one GPU: the launcher's rendered commands, accept length
+         and tokens/s at concurrency 1..64, batch-1 TPOT.
 
 usage (GPU node):  PACK=.sglang-pack . .sglang-pack/setup.sh; python3 benchmarks/gpu_lab3.py zoo --out $OUT/zoo
 Servers are started together where their memory allows (a large --mem-fraction-static with the KV pool
@@ -352,9 +355,52 @@ def part_where(out: Path, concurrency: tuple[int, ...], accept_lengths: tuple[fl
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
 
 
+def part_tp2(out: Path, concurrency: tuple[int, ...], accept_length: float = 2.5) -> None:
+    """The 8B shape on one GPU and under --tp-size 2: the one-GPU servers first, side by side (one per GPU),
+    then the two-GPU ones; each measured alone."""
+    root = Path("/tmp/specdec-shapes")
+    m8, e8 = model_dir("8b", root), model_dir("8b-eagle", root)
+    common = dict(backend="sglang", attention_backend="triton", cuda_graph_max_bs=max(concurrency), load_format="dummy",
+                  mem_fraction_static=0.6, disable_radix_cache=True, max_running_requests=max(concurrency),
+                  extra_args=("--max-total-tokens", "65536"))
+    rec = {"SGLANG_RECORD_STEP_TIME": "1"}
+    sim = {**rec, "SGLANG_SIMULATE_ACC_LEN": str(accept_length)}
+    waves = [
+        {"plain8b_tp1": (LaunchConfig(m8, **common), {**rec, "CUDA_VISIBLE_DEVICES": "0"}),
+         "eagle8b_tp1": (LaunchConfig(m8, "EAGLE", draft=e8, **CHAIN, **common), {**sim, "CUDA_VISIBLE_DEVICES": "1"})},
+        {"plain8b_tp2": (LaunchConfig(m8, tp=2, **common), rec)},
+        {"eagle8b_tp2": (LaunchConfig(m8, "EAGLE", draft=e8, tp=2, **CHAIN, **common), sim)},
+    ]
+    logs = out / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    summary: dict = {"commands": {}, "startup_s": {}, "errors": {}, "tpot_512": {}, "accept_length": {}}
+    sweeps: dict = {}
+    for wave in waves:
+        for name, (cfg, _) in wave.items():
+            summary["commands"][name] = " ".join(cfg.command())
+            say(f"{name}: {summary['commands'][name]}")
+
+    def measure(name, srv):
+        summary["startup_s"][name] = srv.startup_s
+        summary["tpot_512"][name] = tpot_at_context(srv.url)
+        say(f"{name}: batch-1 TPOT at 512 context {summary['tpot_512'][name]['tpot_s'] * 1e3:.2f} ms")
+        sweeps[name] = sweep(name, srv.url, out, concurrency, ("open",), 256)
+        summary["accept_length"][name] = [r.get("accept_length") for r in sweeps[name]["runs"]]
+
+    for wave in waves:
+        servers = start_all(wave, logs, timeout=480)
+        summary["errors"].update({n: s for n, s in servers.items() if isinstance(s, str)})
+        measure_one_by_one(servers, measure, summary["errors"].__setitem__,
+                           lambda: (out / "summary.json").write_text(json.dumps(summary, indent=1)))
+    for tp in ("tp1", "tp2"):
+        if f"plain8b_{tp}" in sweeps and f"eagle8b_{tp}" in sweeps:
+            compare_with(f"plain8b_{tp}", {k: v for k, v in sweeps.items() if k.endswith(tp)}, out)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("part", choices=("zoo", "where", "chat", "env"))
+    ap.add_argument("part", choices=("zoo", "where", "chat", "env", "tp2"))
     ap.add_argument("--out", required=True)
     ap.add_argument("--concurrency", default=None, help="default: zoo 1,16; where 1,2,4,8,16,32,64")
     ap.add_argument("--accept-lengths", default="1.5,2.5,3.5", help="where: SGLANG_SIMULATE_ACC_LEN values ('' for none)")
@@ -368,6 +414,8 @@ def main() -> int:
         part_zoo(out, tuple(int(c) for c in (args.concurrency or "1,16").split(",")))
     elif args.part == "chat":
         part_chat(out)
+    elif args.part == "tp2":
+        part_tp2(out, tuple(int(c) for c in (args.concurrency or "1,4,16,64").split(",")))
     elif args.part == "where":
         part_where(out, tuple(int(c) for c in (args.concurrency or "1,2,4,8,16,32,64").split(",")),
                    tuple(float(a) for a in args.accept_lengths.split(",") if a), args.skip_plain)

@@ -159,3 +159,73 @@ def grade_lab_set(solution: Path, lab: Path, first: str, tmp_path: Path) -> dict
         targets[which] = plant_wrong_answer(solution, planted[-1], exercise)
     sol, lab_doc, last, first_doc = grade_many([solution, lab, *planted], tmp_path)
     return dict(solution=sol, lab=lab_doc, last=(last, targets["last"]), first=(first_doc, targets["first"]))
+
+
+def solve_one(solution: Path, lab: Path, out: Path, exercise: str) -> None:
+    """The generated lab with one exercise answered as the solution answers it."""
+    from specdec.grading.submission import load_submission
+
+    sol, nb = json.loads(solution.read_text()), json.loads(lab.read_text())
+    for n in load_submission(solution).answer_cells()[exercise]:
+        nb["cells"][n - 1]["source"] = sol["cells"][n - 1]["source"]
+    out.write_text(json.dumps(nb))
+
+
+BROKEN = {  # a name -> what a student did to the notebook (applied to a copy of the solution)
+    "raises_in_imports": lambda cells: cells[1].__setitem__("source", "1 / 0\n" + "".join(cells[1]["source"])),
+    "exits_in_a_cell": lambda cells: cells.insert(2, {"cell_type": "code", "metadata": {}, "outputs": [],
+                                                      "execution_count": None, "source": "import sys\nsys.exit(3)"}),
+    "kills_its_kernel": lambda cells: cells.insert(2, {"cell_type": "code", "metadata": {}, "outputs": [],
+                                                       "execution_count": None,
+                                                       "source": "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)"}),
+    "runs_out_of_memory": lambda cells: cells.insert(2, {"cell_type": "code", "metadata": {}, "outputs": [],
+                                                         "execution_count": None,
+                                                         "source": "hog = []\nwhile True:\n    hog.append(bytes(1 << 30))"}),
+    "syntax_error": lambda cells: cells[-1].__setitem__("source", "def f(:\n    pass"),
+}
+LOOPS = {
+    "loops_in_a_cell": lambda cells: cells.insert(2, {"cell_type": "code", "metadata": {}, "outputs": [],
+                                                      "execution_count": None, "source": "while True:\n    pass"}),
+}
+
+
+def a_class(solution: Path, lab: Path, root: Path, loops: bool = False) -> dict[str, float | None]:
+    """Thirty-odd Lab notebooks as a class hands them in, one folder per student: solutions (some with one
+    wrong answer), untouched labs, labs with one exercise done, and broken files. Student -> the total
+    expected (None: the file cannot be graded; -1: broken, any score)."""
+    from specdec.grading.submission import load_submission
+
+    ids = list(load_submission(solution).answer_cells())
+    points = lab_points(int(ids[0].split(".")[0].removeprefix("lab")))
+    full = sum(points.values())
+    expected: dict[str, float | None] = {}
+
+    def folder(name: str) -> Path:
+        (root / name).mkdir(parents=True)
+        return root / name / solution.name
+
+    for i in range(10):
+        if i < 5:
+            folder(f"solved{i}").write_text(solution.read_text())
+            expected[f"solved{i}"] = full
+        else:
+            wrong = plant_wrong_answer(solution, folder(f"solved{i}"), ids[i % len(ids)])
+            expected[f"solved{i}"] = full - points[wrong]
+    for i in range(10):
+        if i < 5:
+            folder(f"untouched{i}").write_text(lab.read_text())
+            expected[f"untouched{i}"] = 0.0
+        else:
+            solve_one(solution, lab, folder(f"one_done{i}"), ids[i % len(ids)])
+            expected[f"one_done{i}"] = points[ids[i % len(ids)]]
+    for name, text in (("not_json", "{not json"), ("not_a_notebook", "[1, 2, 3]"), ("empty_file", "")):
+        folder(name).write_text(text)
+        expected[name] = None
+    folder("no_cells").write_text(json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    expected["no_cells"] = 0.0
+    for name, damage in {**BROKEN, **(LOOPS if loops else {})}.items():
+        nb = json.loads(solution.read_text())
+        damage(nb["cells"])
+        folder(name).write_text(json.dumps(nb))
+        expected[name] = -1
+    return expected
