@@ -78,7 +78,7 @@ def results_csv(results: list[NotebookResult]) -> str:
     writer.writerow(["notebook", "status", "total", "max_score", *ids, "error"])
     for r in results:
         got = {t.id: f"{t.score:.2f}" for t in r.tests}
-        error = (r.error or "").splitlines()[0] if r.error else ""
+        error = r.error.splitlines()[0].removeprefix(f"{r.notebook}: ") if r.error else ""  # the row names it
         writer.writerow([r.notebook, status(r), f"{r.score:.2f}", f"{r.max_score:.2f}", *(got.get(i, "") for i in ids),
                          error])
     return buf.getvalue()
