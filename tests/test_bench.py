@@ -338,12 +338,12 @@ def test_a_trend_is_named_only_where_the_intervals_do_not_overlap():
     assert trend([_row(1, 1.2, None)])["status"] == "no data"
 
 
-def _timed_sweep(tok_s: dict, tau, step_time_s: dict, verify_per_request=None) -> dict:
+def _timed_sweep(tok_s: dict, tau, step_time_s: dict, verify_per_request=None, category="code") -> dict:
     """Runs of 8 requests of 10 tokens each, e2e latencies spread by 1%, each run's step time as measured."""
     runs = []
     for c, v in tok_s.items():
         records = [{"completion_tokens": 10, "e2e_latency": 0.1 * (1 + 0.01 * i)} for i in range(8)]
-        runs.append({"category": "code", "concurrency": c, "output_tok_s": v, "output_tokens": 80, "wall_s": 80 / v,
+        runs.append({"category": category, "concurrency": c, "output_tok_s": v, "output_tokens": 80, "wall_s": 80 / v,
                      "requests_ok": 8, "accept_length": tau, "spec_verify_ct": 8 * verify_per_request if tau else None,
                      "spec_requests": 8 if tau else 0, "spec_completion_tokens": 80 if tau else None, "itl_s": None,
                      "records": records, "step_time_s": step_time_s[c]})
@@ -362,7 +362,7 @@ def test_predictions_use_each_runs_step_time_and_a_miss_says_why():
     note = at[1]["prediction_note"]
     # 72 plain decode steps of 5 ms at width 1 in 0.8 s; 32 verify steps of 5 ms in 0.533 s
     assert note.startswith("code at concurrency 1: predicted 2.25, measured 1.50") and "45% of the plain" in note
-    assert "30% of the speculative" in note
+    assert "30% of the speculative runs': the speculative runs spent more of theirs outside them" in note
     assert at[8]["prediction_note"] is None or "concurrency 8" in at[8]["prediction_note"]
     text = format_comparison(cmp)
     assert "predictions outside the measured interval:" in text and note in text
@@ -374,3 +374,16 @@ def test_sweep_tables_name_their_units(sweeps):
     table = format_sweep(sweeps["spec"]).splitlines()[1]
     for head in ("wall s", "tok/s", "TTFT p50 ms", "ITL p50 ms", "TPOT p50 ms", "tok/verify"):
         assert head in table
+
+
+def test_each_category_is_predicted_from_its_own_runs_step_times():
+    """A category's row takes the step times read after its own runs (a noisy neighbour category's do not
+    leak into it); the pooled row takes their median."""
+    base, spec = _timed_sweep({1: 100.0}, None, {1: 0.005}), _timed_sweep({1: 150.0}, 2.0, {1: 0.005}, 4)
+    slow_base = _timed_sweep({1: 100.0}, None, {1: 0.005}, category="open")
+    slow_spec = _timed_sweep({1: 60.0}, 2.0, {1: 0.020}, 4, category="open")
+    base["runs"] += slow_base["runs"]
+    spec["runs"] += slow_spec["runs"]
+    pred = {r["category"]: r["predicted_speedup"] for r in compare(base, spec)["rows"]}
+    assert pred["code"] == pytest.approx(2.0) and pred["open"] == pytest.approx(0.5)
+    assert pred["all"] == pytest.approx((80 - 8) / 32 * 0.005 / 0.0125)  # pooled tau from the counters

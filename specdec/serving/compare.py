@@ -31,7 +31,7 @@ ALL = "all"  # every category together: total tokens over total wall time
 SOURCE_STEP_TIME = "step_time_dict (SGLang's measured seconds per decode step by batch size)"
 SOURCE_MEASURED = "plain run's median TPOT and speculative run's median time per verify step, by concurrency"
 SOURCE_RUNS = ("the server's step_time_dict read after each timed run, at that run's batch width "
-               "(warm, as the engine ran it)")
+               "(warm, as the engine ran it; a category's rows use its own runs', 'all' their median)")
 NO_TREND = "no clear trend within the noise"
 
 
@@ -155,14 +155,16 @@ def compare(base: dict, spec: dict) -> dict:
             b_boot, s_boot = _pooled_samples(bs, "base"), _pooled_samples(ss, "spec")
             tau = sr["accept_length"]
             speedup = sr["output_tok_s"] / br["output_tok_s"] if sr["output_tok_s"] and br["output_tok_s"] else None
-            predicted = None
-            if tau is not None and c in costs:
+            predicted, cost = None, costs.get(c)
+            if cat != ALL and source == SOURCE_RUNS and bs[0].get("step_time_s") and ss[0].get("step_time_s"):
+                cost = (bs[0]["step_time_s"], ss[0]["step_time_s"])  # this category's own runs: the same steps
+            if tau is not None and cost is not None:
                 kk = max(k, math.ceil(tau - 1), 1)
-                predicted = float(speedup_from_costs(tau, costs[c][0], 0.0, costs[c][1], kk))
+                predicted = float(speedup_from_costs(tau, cost[0], 0.0, cost[1], kk))
             ci = interval(s_boot / b_boot) if speedup and b_boot is not None and s_boot is not None else None
             note = None
             if predicted is not None and ci is not None and not ci[0] <= predicted <= ci[1]:
-                note = _prediction_note(cat, c, predicted, speedup, ci, bs, ss, costs[c])
+                note = _prediction_note(cat, c, predicted, speedup, ci, bs, ss, cost)
             rows.append({"category": cat, "concurrency": c, "base_tok_s": br["output_tok_s"],
                          "spec_tok_s": sr["output_tok_s"], "speedup": speedup,
                          "base_tok_s_ci95": interval(b_boot), "spec_tok_s_ci95": interval(s_boot),
@@ -211,11 +213,13 @@ def _prediction_note(cat: str, c: int, predicted: float, measured: float, ci: li
         return steps * step_s / wall if wall else None
 
     a, b = share(base_runs, cost[0], False), share(spec_runs, cost[1], True)
-    shares = ("" if a is None or b is None else
-              f": decode steps account for {a:.0%} of the plain runs' time and {b:.0%} of the speculative runs'")
-    return (f"{cat} at concurrency {c}: predicted {predicted:.2f}, measured {measured:.2f} (95% interval "
-            f"{ci[0]:.2f}-{ci[1]:.2f}); the formula counts only decode steps{shares}, the rest is prefill, HTTP, "
-            "scheduling and the drain at narrower batches")
+    head = (f"{cat} at concurrency {c}: predicted {predicted:.2f}, measured {measured:.2f} (95% interval "
+            f"{ci[0]:.2f}-{ci[1]:.2f}); the formula counts only decode steps")
+    if a is None or b is None:
+        return head
+    more = "speculative" if b < a else "plain"
+    return (f"{head}, which account for {a:.0%} of the plain runs' time and {b:.0%} of the speculative runs': the "
+            f"{more} runs spent more of theirs outside them (prefill, HTTP, scheduling, the drain at narrower batches)")
 
 
 def _fmt(x, spec=".2f"):
