@@ -15,7 +15,8 @@ from test_launch_lifecycle import standin
 from specdec.cli import main as cli
 from specdec.serving import bench
 from specdec.serving.bench import SCHEMA, SweepConfig, bootstrap_tok_s, format_sweep, interval, percentiles, run_sweep
-from specdec.serving.compare import (SOURCE_MEASURED, SOURCE_STEP_TIME, compare, crossover, format_comparison,
+from specdec.serving.compare import (NO_TREND, SOURCE_MEASURED, SOURCE_RUNS, SOURCE_STEP_TIME, compare, crossover,
+                                     format_comparison, trend,
                                      plot_comparison)
 from specdec.serving.records import RequestRecord, ServerInfo
 from specdec.serving.lifecycle import RUN_DIR_ENV, launch
@@ -319,3 +320,70 @@ def test_repeats_are_resampled_first_so_drift_between_them_widens_the_interval()
     pooled = [{k: v for k, v in r.items() if k != "repeat"} for r in records]
     lo, hi = interval(bootstrap_tok_s(pooled, 30.0))
     assert 25 < lo < hi < 38  # the requests alone: a narrower interval
+
+
+# --- what the numbers show (issue 19, section 3): trends from intervals, predictions from warm step times ---
+def _row(c, s, ci):
+    return {"category": "all", "concurrency": c, "speedup": s, "speedup_ci95": ci}
+
+
+def test_a_trend_is_named_only_where_the_intervals_do_not_overlap():
+    fell = trend([_row(1, 1.17, [1.10, 1.25]), _row(8, 0.87, [0.80, 0.95]), _row(2, 0.92, [0.5, 1.5])])
+    assert fell["status"] == "fell" and "at concurrency 1" in fell["text"] and "at 8" in fell["text"]
+    assert "fell as the load grew" in fell["text"]
+    noisy = trend([_row(1, 1.17, [0.90, 1.40]), _row(8, 0.87, [0.70, 1.05])])  # overlapping: no trend to state
+    assert noisy["status"] == "none" and NO_TREND in noisy["text"] and "fell" not in noisy["text"]
+    assert trend([_row(1, 0.7, [0.65, 0.75]), _row(4, 1.1, [1.0, 1.2])])["status"] == "rose"
+    assert trend([_row(1, 1.2, None), _row(4, 0.8, None)])["status"] == "no interval"
+    assert trend([_row(1, 1.2, None)])["status"] == "no data"
+
+
+def _timed_sweep(tok_s: dict, tau, step_time_s: dict, verify_per_request=None, category="code") -> dict:
+    """Runs of 8 requests of 10 tokens each, e2e latencies spread by 1%, each run's step time as measured."""
+    runs = []
+    for c, v in tok_s.items():
+        records = [{"completion_tokens": 10, "e2e_latency": 0.1 * (1 + 0.01 * i)} for i in range(8)]
+        runs.append({"category": category, "concurrency": c, "output_tok_s": v, "output_tokens": 80, "wall_s": 80 / v,
+                     "requests_ok": 8, "accept_length": tau, "spec_verify_ct": 8 * verify_per_request if tau else None,
+                     "spec_requests": 8 if tau else 0, "spec_completion_tokens": 80 if tau else None, "itl_s": None,
+                     "records": records, "step_time_s": step_time_s[c]})
+    return {"url": "u", "server": {"num_draft_tokens": 4, "max_running_requests": None},
+            "step_time": {"1": 1.0, "8": 1.0}, "runs": runs}  # the end-of-sweep table: not used when runs have theirs
+
+
+def test_predictions_use_each_runs_step_time_and_a_miss_says_why():
+    base = _timed_sweep({1: 100.0, 8: 400.0}, None, {1: 0.005, 8: 0.010})
+    spec = _timed_sweep({1: 150.0, 8: 300.0}, 2.25, {1: 0.005, 8: 0.030}, verify_per_request=4)
+    cmp = compare(base, spec)
+    assert cmp["cost_source"] == SOURCE_RUNS and cmp["step_costs"]["8"] == {"plain_s": 0.010, "spec_step_s": 0.030}
+    at = {r["concurrency"]: r for r in cmp["rows"] if r["category"] == "code"}
+    assert at[1]["predicted_speedup"] == pytest.approx(2.25) and at[8]["predicted_speedup"] == pytest.approx(0.75)
+    assert at[1]["speedup"] == pytest.approx(1.5) and at[1]["speedup_ci95"][1] < 2.25
+    note = at[1]["prediction_note"]
+    # 72 plain decode steps of 5 ms at width 1 in 0.8 s; 32 verify steps of 5 ms in 0.533 s
+    assert note.startswith("code at concurrency 1: predicted 2.25, measured 1.50") and "45% of the plain" in note
+    assert "30% of the speculative runs': the speculative runs spent more of theirs outside them" in note
+    assert at[8]["prediction_note"] is None or "concurrency 8" in at[8]["prediction_note"]
+    text = format_comparison(cmp)
+    assert "predictions outside the measured interval:" in text and note in text
+    assert "trend (lowest to highest concurrency, measured):" in text and "speedup x" in text
+
+
+@pytest.mark.slow
+def test_sweep_tables_name_their_units(sweeps):
+    table = format_sweep(sweeps["spec"]).splitlines()[1]
+    for head in ("wall s", "tok/s", "TTFT p50 ms", "ITL p50 ms", "TPOT p50 ms", "tok/verify"):
+        assert head in table
+
+
+def test_each_category_is_predicted_from_its_own_runs_step_times():
+    """A category's row takes the step times read after its own runs (a noisy neighbour category's do not
+    leak into it); the pooled row takes their median."""
+    base, spec = _timed_sweep({1: 100.0}, None, {1: 0.005}), _timed_sweep({1: 150.0}, 2.0, {1: 0.005}, 4)
+    slow_base = _timed_sweep({1: 100.0}, None, {1: 0.005}, category="open")
+    slow_spec = _timed_sweep({1: 60.0}, 2.0, {1: 0.020}, 4, category="open")
+    base["runs"] += slow_base["runs"]
+    spec["runs"] += slow_spec["runs"]
+    pred = {r["category"]: r["predicted_speedup"] for r in compare(base, spec)["rows"]}
+    assert pred["code"] == pytest.approx(2.0) and pred["open"] == pytest.approx(0.5)
+    assert pred["all"] == pytest.approx((80 - 8) / 32 * 0.005 / 0.0125)  # pooled tau from the counters

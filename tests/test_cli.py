@@ -68,8 +68,17 @@ def test_execute_runs_a_notebook_headless_and_names_a_failing_cell(tmp_path):
     (tmp_path / "n.ipynb").write_text(json.dumps(nb))
     r = run("execute", str(tmp_path / "n.ipynb"))
     assert r.returncode == 1 and "total: 1 / 2" in r.stdout and "stopped at cell 3" in r.stdout, r.stdout + r.stderr
+    assert "without encryption" not in r.stderr and "WARNING" not in r.stderr, r.stderr  # the kernel talks over IPC
+    assert not [p for p in tmp_path.iterdir() if "ipc" in p.name]  # its sockets went to a private folder, now gone
     done = json.loads((tmp_path / "n.executed.ipynb").read_text())
     assert "".join(done["cells"][1]["outputs"][0]["text"]) == "total: 1 / 2\n"
     (tmp_path / "bad.ipynb").write_text("{not json")
     r = run("execute", str(tmp_path / "bad.ipynb"))
     assert r.returncode == 2 and "not a notebook" in r.stderr
+
+
+def test_a_bad_serve_flag_is_named():
+    for flag in ("--k", "--max-running-requests"):
+        r = run("serve", flag, "0")
+        assert r.returncode == 2 and f"{flag} must be >= 1, got 0" in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1

@@ -17,17 +17,24 @@ from pathlib import Path
 import pytest
 import requests
 from test_launch_lifecycle import STANDIN
+from test_launch_lifecycle import standin as standin_command
 
 import specdec.cli.room as verb
 from specdec.cli import main
 from specdec.serving.gpu import GIB, MIB, Gpu, ServerNeeds
 from specdec.serving.launch import LaunchConfig
-from specdec.serving.lifecycle import RUN_DIR_ENV, ServerCommand, pid_alive, session_members
+from specdec.serving.lifecycle import RUN_DIR_ENV, ServerCommand, ServerError, launch, pid_alive, session_members
 from specdec.serving.room import (
+    ENV_KEY,
+    ENV_SPEC_URL,
+    ENV_URL,
     Room,
     RoomError,
     Seat,
+    export_line,
     gpu_plans,
+    jupyter_lines,
+    lab_servers,
     new_key,
     pick_ports,
     pick_spaced_ports,
@@ -36,6 +43,7 @@ from specdec.serving.room import (
     sglang_seats,
     specdec_seats,
     stop_room,
+    student_env,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -247,3 +255,110 @@ def test_nccl_ports_are_spaced_and_skip_busy_windows():
     busy = {31016, 31034}
     ports = pick_spaced_ports(3, 31000, stride=16, is_free=lambda p, host: p not in busy)
     assert ports == [31000, 31048, 31064]  # 31016 is busy, 31032's window holds 31034
+
+
+# ----- Lab 3 on the room's servers (issue 19, section 1) ----------------------------------------------------
+def test_each_student_gets_the_lines_lab_3_reads():
+    base = [LaunchConfig("tiny", backend="specdec"), LaunchConfig("tiny", "NEXTN", num_steps=3, topk=1,
+                                                                  num_draft_tokens=4, backend="specdec")]
+    names = ["student-01-plain", "student-01-nextn", "student-02-plain", "student-02-nextn"]
+    seats = specdec_seats(base * 2, names, [30000, 30001, 30002, 30003], ["k1", "k1", "k2", "k2"],
+                          students=["student-01", "student-01", "student-02", "student-02"])
+    envs = student_env(seats)
+    assert envs == {"student-01": {ENV_URL: "http://127.0.0.1:30000", ENV_SPEC_URL: "http://127.0.0.1:30001", ENV_KEY: "k1"},
+                    "student-02": {ENV_URL: "http://127.0.0.1:30002", ENV_SPEC_URL: "http://127.0.0.1:30003", ENV_KEY: "k2"}}
+    assert export_line(envs["student-01"]) == ("export SPECDEC_URL=http://127.0.0.1:30000 "
+                                               "SPECDEC_SPEC_URL=http://127.0.0.1:30001 SPECDEC_API_KEY=k1")
+    assert jupyter_lines(envs["student-02"])[-1] == "%env SPECDEC_API_KEY=k2"
+    # one speculative server each: the lab starts its own plain one
+    only = specdec_seats(base[1:], ["student-01"], [30000], ["k"])
+    assert student_env(only) == {"student-01": {ENV_SPEC_URL: "http://127.0.0.1:30000", ENV_KEY: "k"}}
+
+
+def test_lab_servers_take_the_rooms_and_start_only_what_is_missing():
+    plain_cmd, spec_cmd = standin_command("--plain"), standin_command()
+    lines = []
+    with launch(standin_command("--plain", "--api-key", "k"), progress=False) as room_plain, \
+            launch(standin_command("--api-key", "k"), progress=False) as room_spec:
+        env = {ENV_URL: room_plain.url, ENV_SPEC_URL: room_spec.url, ENV_KEY: "k"}
+        plain, spec = lab_servers(plain_cmd, spec_cmd, timeout=30, environ=env, report=lines.append)
+        assert (plain.url, spec.url) == (room_plain.url, room_spec.url) and not plain.started and not spec.started
+        assert lines == [f"using the room's servers at plain {room_plain.url}, speculative {room_spec.url}"]
+        assert plain.client().server_info().speculative_algorithm is None  # the key goes with the client
+        plain.stop(), spec.stop()  # the room's: left running
+        assert room_plain.alive() and room_spec.alive() and room_plain.probe() and room_spec.probe()
+
+        lines.clear()  # only the speculative server in the room: our own plain one, stopped by stop()
+        plain, spec = lab_servers(plain_cmd, spec_cmd, timeout=30, environ={ENV_SPEC_URL: room_spec.url, ENV_KEY: "k"},
+                                  report=lines.append)
+        assert plain.started and not spec.started and plain.pid
+        assert lines[0].startswith(f"using the room's servers at speculative {room_spec.url}; started our own: plain")
+        plain.stop()
+        assert gone([plain.pid]) == [] and room_spec.alive()
+
+        for env, message in (({ENV_URL: room_spec.url, ENV_KEY: "k"}, "runs EAGLE: SPECDEC_URL is for the plain"),
+                             ({ENV_SPEC_URL: room_plain.url, ENV_KEY: "k"}, "is not speculative"),
+                             ({ENV_URL: room_plain.url, ENV_KEY: "wrong"}, "HTTP 401"),
+                             ({ENV_URL: "http://127.0.0.1:9"}, "cannot reach http://127.0.0.1:9")):
+            with pytest.raises(ServerError, match=message):
+                lab_servers(plain_cmd, spec_cmd, timeout=30, environ=env, report=lines.append)
+
+    lines.clear()  # no room: both our own, and the line says how to use a room's
+    plain, spec = lab_servers(plain_cmd, spec_cmd, timeout=30, environ={}, report=lines.append)
+    try:
+        assert plain.started and spec.started and lines[0].startswith("started our own: plain http://127.0.0.1:")
+        assert "set SPECDEC_URL, SPECDEC_API_KEY and SPECDEC_SPEC_URL" in lines[0]
+    finally:
+        plain.stop(), spec.stop()
+    assert gone([plain.pid, spec.pid]) == []
+
+
+@pytest.mark.slow
+def test_lab_3_runs_on_a_two_student_room_and_leaves_the_room_running(tmp_path):
+    """The CI run of a class: `specdec room` as a script starts it (SIGINT ignored), student 1 pastes their line
+    and runs the Lab 3 notebook (the solution, so that it scores), the room keeps serving, SIGTERM stops it all."""
+    import nbformat
+    from notebook_tools import execute, text_of
+
+    room, csv_path, state_file = start_room(tmp_path, "--students", "2", "--algorithm", "none,NEXTN",
+                                            "--port-base", "32300")
+    try:
+        out = []
+        while not any(ln.startswith("all 4 servers ready") for ln in out):
+            line = room.stdout.readline()
+            assert line, "the room ended early:\n" + "".join(out)
+            out.append(line)
+        pasted = [ln.split(": ", 1)[1].strip() for ln in out if ln.strip().startswith("student-01: export ")]
+        assert len(pasted) == 1, "".join(out)
+        env = dict(item.split("=", 1) for item in pasted[0].removeprefix("export ").split())
+        rows = {r["name"]: r for r in csv.DictReader(csv_path.open())}
+        assert env == {ENV_URL: rows["student-01-plain"]["url"], ENV_SPEC_URL: rows["student-01-nextn"]["url"],
+                       ENV_KEY: rows["student-01-plain"]["key"]}
+        assert "%env SPECDEC_SPEC_URL=" in "".join(out)
+        state = read_state(state_file)
+        pids = sessions(state)
+
+        mp = pytest.MonkeyPatch()
+        for k, v in env.items():
+            mp.setenv(k, v)  # as the student's shell would hand them to Jupyter's kernel
+        try:
+            nb, _ = execute(nbformat.read(ROOT / "solutions" / "03_sglang_live.ipynb", as_version=4), tmp_path, timeout=240)
+        finally:
+            mp.undo()
+        text = text_of(nb)
+        assert f"using the room's servers at plain {env[ENV_URL]}, speculative {env[ENV_SPEC_URL]}" in text, text
+        assert "started our own" not in text and "total: 7 / 7" in text
+        assert "servers still running: none (of the 0 this notebook started)" in text
+        assert all(pid_alive(p) for p in pids), "the notebook stopped a room's server"
+        for r in rows.values():  # every student's servers still serve
+            ok = requests.post(r["url"] + "/generate", json=GENERATE, headers={"Authorization": f"Bearer {r['key']}"},
+                               timeout=60)
+            assert ok.status_code == 200
+
+        room.send_signal(signal.SIGTERM)
+        assert room.wait(timeout=60) == 0
+        assert gone(pids + [room.pid]) == [] and not state_file.exists()
+    finally:
+        if room.poll() is None:
+            room.kill()
+            stop_room(state_file)

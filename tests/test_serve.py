@@ -276,3 +276,18 @@ def test_chat_needs_the_models_chat_template():
         chat_prompt([{"role": "user", "content": "hi"}], SimpleNamespace(chat_template=None))
     tok = load_tokenizer(zoo_parts("tiny")["target"])
     assert chat_prompt([{"role": "user", "content": "hi"}], tok) == "user: hi\nassistant:"
+
+
+def test_another_model_name_is_served_and_said_once(server, caplog):
+    """SGLang's OpenAI endpoints (0.5 line) serve a request whatever model it names and echo the name; so does
+    specdec serve, and its log says once that the name is not the served one."""
+    url, _ = server
+    body = {"prompt": PROMPTS[0], "max_tokens": 4, "temperature": 0}
+    with caplog.at_level("WARNING", logger="specdec.serve"):
+        for name in ("gpt-4", "gpt-4", "llama"):
+            r = requests.post(url + "/v1/completions", json={**body, "model": name}, timeout=60)
+            assert r.status_code == 200 and r.json()["model"] == name
+        for name in ("tiny", "default"):  # the served name, and what SGLang calls a request that names none
+            assert requests.post(url + "/v1/completions", json={**body, "model": name}, timeout=60).status_code == 200
+    said = [rec.getMessage() for rec in caplog.records if "names the model" in rec.getMessage()]
+    assert len(said) == 1 and all("'gpt-4'" in s and "served all the same" in s for s in said)

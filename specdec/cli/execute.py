@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import argparse
 import re
+import tempfile
 import time
 from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError
+from traitlets.config import Config
 
 from specdec.cli.common import UsageError
 
@@ -35,13 +37,17 @@ def main(args: argparse.Namespace) -> int:
     except Exception as exc:  # not JSON, not a notebook: nbformat raises several kinds
         raise UsageError(f"{path}: not a notebook ({type(exc).__name__})") from None
     out = args.out or path.with_name(path.stem + ".executed.ipynb")
-    client = NotebookClient(nb, timeout=args.timeout, kernel_name="python3",
-                            resources={"metadata": {"path": str(path.resolve().parent)}})
     t0, failed = time.perf_counter(), None
-    try:
-        client.execute()
-    except (CellExecutionError, CellTimeoutError) as exc:
-        failed = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+    # The kernel talks to us over Unix sockets in a private folder rather than TCP on localhost: no port another
+    # user could reach, and no "[IPKernelApp] WARNING | Kernel is running over TCP without encryption" each run.
+    with tempfile.TemporaryDirectory(prefix="specdec-kernel-") as sockets:
+        config = Config({"KernelManager": {"transport": "ipc", "ip": str(Path(sockets) / "kernel")}})
+        client = NotebookClient(nb, timeout=args.timeout, kernel_name="python3", config=config,
+                                resources={"metadata": {"path": str(path.resolve().parent)}})
+        try:
+            client.execute()
+        except (CellExecutionError, CellTimeoutError) as exc:
+            failed = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
     nbformat.write(nb, out)
     for cell in nb.cells:
         for o in cell.get("outputs", []):

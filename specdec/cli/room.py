@@ -22,7 +22,9 @@ from specdec.serving.lifecycle import stop_on_signals
 from specdec.serving.room import (
     Room,
     RoomError,
+    export_line,
     gpu_plans,
+    jupyter_lines,
     new_key,
     pick_ports,
     pick_spaced_ports,
@@ -30,6 +32,7 @@ from specdec.serving.room import (
     sglang_seats,
     specdec_seats,
     stop_room,
+    student_env,
     write_csv,
 )
 from specdec.zoo import ModelNotFound
@@ -68,6 +71,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=600.0, help="seconds for every server to become healthy")
     p.add_argument("--grace", type=float, default=15.0, help="seconds between SIGTERM and SIGKILL when stopping")
     p.add_argument("--dry-run", action="store_true", help="print each server's command line and exit")
+
+
+def plural(n: int, word: str) -> str:
+    return word if n == 1 else word + "s"
 
 
 def parse_env(items: list[str]) -> dict[str, str]:
@@ -115,13 +122,14 @@ def plan_seats(args: argparse.Namespace, engine: str) -> list:
     configs = [base_config(args, a, engine, shared=len(algorithms) > 1) for a in algorithms]
     if not configs or len({c.algorithm for c in configs}) < len(configs):
         raise UsageError(f"--algorithm takes one name or several, comma-separated and distinct, got {args.algorithm!r}")
-    names, bases, keys = [], [], []
+    names, bases, keys, students = [], [], [], []
     for student in seat_names(args.students):
         key = new_key()
         for cfg in configs:
             names.append(student if len(configs) == 1 else f"{student}-{label(cfg)}")
             bases.append(cfg)
             keys.append(key)
+            students.append(student)
     host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
     try:
         ports, skipped = pick_ports(len(names), args.port_base, host)
@@ -133,7 +141,7 @@ def plan_seats(args: argparse.Namespace, engine: str) -> list:
         print(f"ports in use, skipped: {', '.join(map(str, skipped))}")
     public = args.url_host or (socket.gethostname() if args.host in ("0.0.0.0", "::") else None)
     if engine == "specdec":
-        return specdec_seats(bases, names, ports, keys, public)
+        return specdec_seats(bases, names, ports, keys, public, students)
     gpus = query_gpus()
     if not gpus:
         raise UsageError("--engine sglang needs a GPU, and none is visible (nvidia-smi); --engine specdec runs on a CPU")
@@ -150,7 +158,19 @@ def plan_seats(args: argparse.Namespace, engine: str) -> list:
                   f"--max-total-tokens {p.max_total_tokens}")
     if configs[0].attention_backend == "triton" and args.attention_backend == "auto":
         print("sgl_kernel has no FA3 library: --attention-backend triton")
-    return sglang_seats(bases, names, ports, keys, gpus, plans, nccl_ports, public)
+    return sglang_seats(bases, names, ports, keys, gpus, plans, nccl_ports, public, students)
+
+
+def print_student_lines(seats: list, report) -> None:
+    """Per student, the line to paste before starting Jupyter (Lab 3 reads it), and once how to set it inside."""
+    envs = student_env(seats)
+    report("for Lab 3, each student pastes their line into a shell before starting Jupyter:")
+    for who, env in envs.items():
+        report(f"  {who}: {export_line(env)}")
+    who, first = next(iter(envs.items()))
+    report(f"  or in Jupyter, e.g. {who}, in a cell run before the others:")
+    for line in jupyter_lines(first):
+        report(f"    {line}")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -169,7 +189,8 @@ def main(args: argparse.Namespace) -> int:
     seats = plan_seats(args, engine)
     for seat in seats:
         seat.env.update(env)
-    print(f"{len(seats)} {'SGLang' if engine == 'sglang' else 'specdec serve'} server(s) for {args.students} student(s), "
+    print(f"{len(seats)} {'SGLang' if engine == 'sglang' else 'specdec serve'} {plural(len(seats), 'server')} for "
+          f"{args.students} {plural(args.students, 'student')}, "
           f"algorithm {args.algorithm}, ports {seats[0].spec.port}-{seats[-1].spec.port}", flush=True)
     if args.dry_run:
         for seat in seats:
@@ -189,7 +210,8 @@ def main(args: argparse.Namespace) -> int:
                     room.start()
                     took = room.wait_healthy(args.timeout)
                     write_csv(out, seats)
-                    report(f"all {len(seats)} servers ready in {took:.0f} s; hand out {out} (name,url,key); "
+                    print_student_lines(seats, report)
+                    report(f"all {len(seats)} {plural(len(seats), 'server')} ready in {took:.0f} s; hand out {out} (name,url,key); "
                            "Ctrl-C, SIGTERM, SIGHUP or `specdec room --stop` stops them")
                     room.watch()
                 except KeyboardInterrupt as stop:

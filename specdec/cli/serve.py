@@ -49,8 +49,9 @@ def main(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
     method = SGLANG_NAMES[args.speculative_algorithm]
-    if args.k < 1 or args.max_running_requests < 1:
-        raise UsageError("--k and --max-running-requests must be >= 1")
+    for flag, value in (("--k", args.k), ("--max-running-requests", args.max_running_requests)):
+        if value < 1:
+            raise UsageError(f"{flag} must be >= 1, got {value}")
     if not 0 <= args.port < 65536:
         raise UsageError(f"--port must be in 0..65535, got {args.port}")
     torch.set_num_threads(threads(args))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 
@@ -232,18 +233,24 @@ def measure(client: Client, cfg: SweepConfig, cat: str, conc: int, bar=None) -> 
         per_repeat.append(recs)
         repeat_tok_s.append(sum(r.completion_tokens or 0 for r in recs) / w if w > 0 else None)
     after = client.metrics() if before is not None else None
+    info = client.server_info()
+    width = min(conc, info.max_running_requests or conc)
     run = {"category": cat, "concurrency": conc, "requests": len(records) + len(errors), "errors": len(errors),
             "error_examples": errors[:3], "flushed": flushed, "repeat_tok_s": repeat_tok_s,
             **summarize(records, wall),
-            "server_avg_accept_length": client.server_info().avg_spec_accept_length,
+            "server_avg_accept_length": info.avg_spec_accept_length,
+            # seconds per decode step at this run's batch width, read right after it (warm, as the engine ran it)
+            "step_time_s": info.step_time.get(width),
             "metrics_accept_length": interval_accept_length(before, after) if after else None,
             "records": [{**r.summary(), "repeat": i} for i, recs in enumerate(per_repeat) for r in recs]}
     run["output_tok_s_ci95"] = interval(bootstrap_tok_s(run["records"], run["output_tok_s"]))  # repeats resampled too
     return run
 
 
-def run_sweep(cfg: SweepConfig, progress: bool = True) -> dict:
-    """Warm up, then per concurrency a warm-up wave and one timed run per category; the JSON-able results."""
+def run_sweep(cfg: SweepConfig, progress: bool = True, report: Callable[[str], None] | None = None) -> dict:
+    """Warm up, then per concurrency a warm-up wave and one timed run per category; the JSON-able results.
+    `progress`: a tqdm bar; `report`: called with one short line as each concurrency level is done (a
+    notebook's progress without a bar's redraws)."""
     client = Client(cfg.url, api_key=cfg.api_key)
     server = _server(client)  # raises ClientError if the server cannot be reached
     notes = []
@@ -254,7 +261,7 @@ def run_sweep(cfg: SweepConfig, progress: bool = True) -> dict:
         warm = [p for c in cfg.categories for p in prompts(c)][: cfg.warmup]
         run_requests(client, cfg, warm, min(len(warm), max(cfg.concurrency)))
     total = sum(cfg.requests_for(c) for c in cfg.concurrency) * len(cfg.categories) * cfg.repeats
-    runs = []
+    runs, t0 = [], time.perf_counter()
     with tqdm(total=total, desc="bench", unit="req", disable=not progress, mininterval=0.5) as bar:
         for conc in cfg.concurrency:
             if cfg.warm_levels:
@@ -263,6 +270,10 @@ def run_sweep(cfg: SweepConfig, progress: bool = True) -> dict:
             for cat in cfg.categories:
                 bar.set_description(f"{cat} c={conc}")
                 runs.append(measure(client, cfg, cat, conc, bar))
+            if report is not None:
+                done = cfg.concurrency.index(conc) + 1
+                report(f"concurrency {conc} measured ({done}/{len(cfg.concurrency)} levels, "
+                       f"{time.perf_counter() - t0:.0f} s)")
     return {"schema": SCHEMA, "url": cfg.url, "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "settings": {k: v for k, v in asdict(cfg).items() if k not in ("api_key", "url")},
             "server": server, "step_time": {str(k): v for k, v in client.server_info().step_time.items()},
@@ -278,8 +289,9 @@ def format_sweep(result: dict) -> str:
     s = result["server"]
     head = (f"{result['url']}  SGLang-API version {s.get('version')}  algorithm {s.get('speculative_algorithm') or 'none'}"
             f"  max_new_tokens {result['settings']['max_new_tokens']}")
-    cols = f"{'category':<12}{'conc':>5}{'req':>5}{'err':>4}{'wall s':>7}{'tok/s':>10}{'95% interval':>18}{'TTFT p50':>10}{'p99':>8}" \
-           f"{'ITL p50':>9}{'p95':>7}{'p99':>7}{'TPOT p50':>10}{'accept':>8}"
+    cols = f"{'category':<12}{'conc':>5}{'req':>5}{'err':>4}{'wall s':>7}{'tok/s':>10}{'95% int. tok/s':>18}" \
+           f"{'TTFT p50 ms':>12}{'p99 ms':>8}{'ITL p50 ms':>11}{'p95 ms':>7}{'p99 ms':>7}{'TPOT p50 ms':>12}" \
+           f"{'tok/verify':>11}"
     lines = [head, cols]
     for r in result["runs"]:
         tau = f"{r['accept_length']:.2f}" if r["accept_length"] is not None else "-"
@@ -288,9 +300,10 @@ def format_sweep(result: dict) -> str:
         ci = f"[{ci[0]:.1f}, {ci[1]:.1f}]" if ci else "-"
         lines.append(f"{r['category']:<12}{r['concurrency']:>5}{r['requests']:>5}{r['errors']:>4}{r['wall_s']:>7.2f}"
                      f"{tok_s:>10}{ci:>18}"
-                     f"{_ms(r['ttft_s']):>10}{_ms(r['ttft_s'], 'p99'):>8}{_ms(r['itl_s']):>9}{_ms(r['itl_s'], 'p95'):>7}"
-                     f"{_ms(r['itl_s'], 'p99'):>7}{_ms(r['tpot_s']):>10}{tau:>8}")
+                     f"{_ms(r['ttft_s']):>12}{_ms(r['ttft_s'], 'p99'):>8}{_ms(r['itl_s']):>11}{_ms(r['itl_s'], 'p95'):>7}"
+                     f"{_ms(r['itl_s'], 'p99'):>7}{_ms(r['tpot_s']):>12}{tau:>11}")
     lines.append("95% interval: bootstrap over the run's requests; every level warmed before it is timed"
                  if result.get("schema") != "specdec-bench/1" else "an old (/1) sweep: levels not warmed, no interval")
-    lines.append("accept = (completion_tokens - 1) / spec_verify_ct summed over the run's requests (token-weighted)")
+    lines.append("tok/s: output tokens per second over all the run's requests; ms: milliseconds; tok/verify (accept "
+                 "length) = (completion_tokens - 1) / spec_verify_ct summed over the run's requests (token-weighted)")
     return "\n".join(lines + [f"note: {n}" for n in result.get("notes", [])])

@@ -2,12 +2,18 @@
 where speculation stops paying (measured), the same predicted from measured step costs with Lab 1's
 speedup_from_costs, and the plots.
 
-Step costs come from SGLang's step_time_dict (/server_info, SGLANG_RECORD_STEP_TIME=1, 0.5.23) when
-both sweeps recorded it; otherwise from the plain run's TPOT and the speculative run's time per verify.
+Step costs come from the server's step_time_dict (/server_info: specdec serve, and SGLang 0.5.23 with
+SGLANG_RECORD_STEP_TIME=1) read right after each timed run, at the batch width that run ran at: warm, as the
+engine ran the run. Older sweeps fall back to the table read once at the end of the sweep, else to the plain
+run's TPOT and the speculative run's time per verify. Where a prediction lies outside the measured interval,
+the comparison says why in one line (`prediction_note`): the share of each run's time its decode steps account
+for, the only time the formula counts.
 
 Every measured speedup carries a 95% interval: both runs' requests resampled independently (bench's
-bootstrap_tok_s), the interval of the resampled ratio. Where it contains 1 the crossover says "within
-noise" rather than naming a concurrency where speculation stops paying.
+bootstrap_tok_s; with --repeats, the repeats resampled too), the interval of the resampled ratio. Where it
+contains 1 the crossover says "within noise" rather than naming a concurrency where speculation stops
+paying; the trend from the lowest to the highest concurrency is named only where their intervals do not
+overlap ("no clear trend within the noise" otherwise).
 """
 
 from __future__ import annotations
@@ -24,6 +30,9 @@ from specdec.sim.formulas import speedup_from_costs
 ALL = "all"  # every category together: total tokens over total wall time
 SOURCE_STEP_TIME = "step_time_dict (SGLang's measured seconds per decode step by batch size)"
 SOURCE_MEASURED = "plain run's median TPOT and speculative run's median time per verify step, by concurrency"
+SOURCE_RUNS = ("the server's step_time_dict read after each timed run, at that run's batch width "
+               "(warm, as the engine ran it; a category's rows use its own runs', 'all' their median)")
+NO_TREND = "no clear trend within the noise"
 
 
 def _runs(result: dict) -> dict[tuple[str, int], dict]:
@@ -96,8 +105,15 @@ def crossover(points: list[tuple]) -> dict:
             "text": f"speculation pays at every concurrency measured (up to {pts[-1][0]}: {pts[-1][1]:.2f}x)"}
 
 
+def _run_step_times(result: dict, c: int) -> list[float]:
+    return [r["step_time_s"] for r in result["runs"] if r["concurrency"] == c and r.get("step_time_s")]
+
+
 def _step_costs(base: dict, spec: dict, concurrency: list[int]) -> tuple[dict[int, tuple[float, float]], str]:
     """concurrency -> (seconds per plain step, seconds per speculative step), and where they come from."""
+    per_run = {c: (_run_step_times(base, c), _run_step_times(spec, c)) for c in concurrency}
+    if any(b and s for b, s in per_run.values()):
+        return {c: (float(np.median(b)), float(np.median(s))) for c, (b, s) in per_run.items() if b and s}, SOURCE_RUNS
     bt, st = base.get("step_time") or {}, spec.get("step_time") or {}
     if bt and st:
         def at(table, c):
@@ -139,25 +155,71 @@ def compare(base: dict, spec: dict) -> dict:
             b_boot, s_boot = _pooled_samples(bs, "base"), _pooled_samples(ss, "spec")
             tau = sr["accept_length"]
             speedup = sr["output_tok_s"] / br["output_tok_s"] if sr["output_tok_s"] and br["output_tok_s"] else None
-            predicted = None
-            if tau is not None and c in costs:
+            predicted, cost = None, costs.get(c)
+            if cat != ALL and source == SOURCE_RUNS and bs[0].get("step_time_s") and ss[0].get("step_time_s"):
+                cost = (bs[0]["step_time_s"], ss[0]["step_time_s"])  # this category's own runs: the same steps
+            if tau is not None and cost is not None:
                 kk = max(k, math.ceil(tau - 1), 1)
-                predicted = float(speedup_from_costs(tau, costs[c][0], 0.0, costs[c][1], kk))
+                predicted = float(speedup_from_costs(tau, cost[0], 0.0, cost[1], kk))
+            ci = interval(s_boot / b_boot) if speedup and b_boot is not None and s_boot is not None else None
+            note = None
+            if predicted is not None and ci is not None and not ci[0] <= predicted <= ci[1]:
+                note = _prediction_note(cat, c, predicted, speedup, ci, bs, ss, cost)
             rows.append({"category": cat, "concurrency": c, "base_tok_s": br["output_tok_s"],
                          "spec_tok_s": sr["output_tok_s"], "speedup": speedup,
                          "base_tok_s_ci95": interval(b_boot), "spec_tok_s_ci95": interval(s_boot),
-                         "speedup_ci95": interval(s_boot / b_boot) if speedup and b_boot is not None
-                         and s_boot is not None else None, "accept_length": tau,
-                         "predicted_speedup": predicted, "itl_p50_base": (br.get("itl_s") or {}).get("p50"),
+                         "speedup_ci95": ci, "accept_length": tau,
+                         "predicted_speedup": predicted, "prediction_note": note, "itl_p50_base": (br.get("itl_s") or {}).get("p50"),
                          "itl_p50_spec": (sr.get("itl_s") or {}).get("p50")})
-    cross = {}
+    cross, trends = {}, {}
     for cat in categories + [ALL]:
         mine = [r for r in rows if r["category"] == cat]
         cross[cat] = {"measured": crossover([(r["concurrency"], r["speedup"], r["speedup_ci95"]) for r in mine]),
                       "predicted": crossover([(r["concurrency"], r["predicted_speedup"]) for r in mine])}
+        trends[cat] = trend(mine)
     return {"base": {"url": base["url"], "server": base["server"]}, "spec": {"url": spec["url"], "server": spec["server"]},
             "cost_source": source, "step_costs": {str(c): {"plain_s": p, "spec_step_s": v} for c, (p, v) in costs.items()},
-            "rows": rows, "crossover": cross}
+            "rows": rows, "crossover": cross, "trend": trends}
+
+
+def trend(rows: list[dict]) -> dict:
+    """How the measured speedup moved from the lowest concurrency to the highest: "fell" or "rose" only where
+    their 95% intervals do not overlap, else "no clear trend within the noise"; one sentence in "text"."""
+    pts = sorted((r for r in rows if r.get("speedup") is not None), key=lambda r: r["concurrency"])
+    if len(pts) < 2:
+        return {"status": "no data", "text": "fewer than two concurrencies measured: no trend"}
+    lo, hi = pts[0], pts[-1]
+    a, b = lo.get("speedup_ci95"), hi.get("speedup_ci95")
+    said = (f"speedup {_ci_text((0, lo['speedup'], a)).removeprefix('speedup ')} at concurrency {lo['concurrency']}, "
+            f"{_ci_text((0, hi['speedup'], b)).removeprefix('speedup ')} at {hi['concurrency']}")
+    if not a or not b:
+        return {"status": "no interval", "text": f"{said}: no interval, so no trend can be told from noise"}
+    if b[1] < a[0]:
+        return {"status": "fell", "text": f"{said}: the speedup fell as the load grew (the intervals do not overlap)"}
+    if b[0] > a[1]:
+        return {"status": "rose", "text": f"{said}: the speedup rose as the load grew (the intervals do not overlap)"}
+    return {"status": "none", "text": f"{said}: {NO_TREND} (the intervals overlap)"}
+
+
+def _prediction_note(cat: str, c: int, predicted: float, measured: float, ci: list[float], base_runs: list[dict],
+                     spec_runs: list[dict], cost: tuple[float, float]) -> str:
+    """One line: why the prediction misses the measured interval. The formula counts decode steps only; the
+    share of each run's wall time that its decode steps (at the step cost used) account for shows what else
+    the runs spent time on (prefill, HTTP, scheduling, the drain at narrower batches)."""
+    def share(runs: list[dict], step_s: float, spec: bool) -> float | None:
+        wall = sum(r["wall_s"] for r in runs)
+        steps = sum(((r.get("spec_verify_ct") or 0) if spec else (r["output_tokens"] - r.get("requests_ok", 0)))
+                    / r["concurrency"] for r in runs)
+        return steps * step_s / wall if wall else None
+
+    a, b = share(base_runs, cost[0], False), share(spec_runs, cost[1], True)
+    head = (f"{cat} at concurrency {c}: predicted {predicted:.2f}, measured {measured:.2f} (95% interval "
+            f"{ci[0]:.2f}-{ci[1]:.2f}); the formula counts only decode steps")
+    if a is None or b is None:
+        return head
+    more = "speculative" if b < a else "plain"
+    return (f"{head}, which account for {a:.0%} of the plain runs' time and {b:.0%} of the speculative runs': the "
+            f"{more} runs spent more of theirs outside them (prefill, HTTP, scheduling, the drain at narrower batches)")
 
 
 def _fmt(x, spec=".2f"):
@@ -171,17 +233,24 @@ def _fmt_ci(ci) -> str:
 def format_comparison(cmp: dict) -> str:
     s = cmp["spec"]["server"]
     lines = [f"speculative: {s.get('speculative_algorithm')} ({cmp['spec']['url']}) against plain ({cmp['base']['url']})",
-             f"{'category':<12}{'conc':>5}{'plain tok/s':>13}{'spec tok/s':>12}{'speedup':>9}{'95% interval':>15}"
-             f"{'predicted':>11}{'accept':>8}"]
+             f"{'category':<12}{'conc':>5}{'plain tok/s':>13}{'spec tok/s':>12}{'speedup x':>10}{'95% interval':>15}"
+             f"{'predicted x':>12}{'tok/verify':>11}"]
     for r in cmp["rows"]:
         lines.append(f"{r['category']:<12}{r['concurrency']:>5}{_fmt(r['base_tok_s'], '.1f'):>13}"
-                     f"{_fmt(r['spec_tok_s'], '.1f'):>12}{_fmt(r['speedup']):>9}{_fmt_ci(r.get('speedup_ci95')):>15}"
-                     f"{_fmt(r['predicted_speedup']):>11}"
-                     f"{_fmt(r['accept_length']):>8}")
+                     f"{_fmt(r['spec_tok_s'], '.1f'):>12}{_fmt(r['speedup']):>10}{_fmt_ci(r.get('speedup_ci95')):>15}"
+                     f"{_fmt(r['predicted_speedup']):>12}"
+                     f"{_fmt(r['accept_length']):>11}")
     lines.append("crossover (speedup falls to 1):")
     for cat, c in cmp["crossover"].items():
         lines.append(f"  {cat:<12} measured: {c['measured'].get('text', c['measured']['status'])}; "
                      f"predicted: {c['predicted'].get('text', c['predicted']['status'])}")
+    if cmp.get("trend"):
+        lines.append("trend (lowest to highest concurrency, measured):")
+        lines += [f"  {cat:<12} {t['text']}" for cat, t in cmp["trend"].items()]
+    notes = [r["prediction_note"] for r in cmp["rows"] if r.get("prediction_note")]
+    if notes:
+        lines.append("predictions outside the measured interval:")
+        lines += [f"  {n}" for n in notes]
     lines.append("95% interval: both runs' requests resampled (bootstrap); 'within noise' where it contains 1")
     lines.append(f"prediction = accept length x plain step time / speculative step time (speedup_from_costs, "
                  f"drafting inside the speculative step); step costs from {cmp['cost_source']}")

@@ -214,6 +214,8 @@ def kill_session(sid: int, grace: float, since_ticks: int | None = None, leader:
 class Server:
     """A started server; a context manager that stops it. `url`, `pid`, `log_path`, `client()`."""
 
+    started = True  # by this process (a room's server, room.RoomServer, is not: its stop() leaves it running)
+
     def __init__(self, argv: list[str], url: str, process: subprocess.Popen, log_path: Path, pid_file: Path,
                  api_key: str | None, grace: float):
         self.argv, self.url, self.process, self.log_path = argv, url, process, log_path

@@ -103,9 +103,22 @@ class BadRequest(Exception):
 class FieldLog:
     """Names each field the server ignores once (per server, not per request: logs stay readable under load)."""
 
-    def __init__(self):
+    def __init__(self, served_models: tuple[str, ...] = ()):
         self.seen: set[tuple[str, str]] = set()
         self.lock = threading.Lock()  # requests may be parsed on worker threads
+        self.served_models = {DEFAULT_MODEL, "", *served_models}  # names a request may give without a note
+
+    def model(self, name: str) -> None:
+        """A request naming another model than the one served ("gpt-4") is served all the same, as SGLang's
+        OpenAI endpoints of the 0.5 line serve it (they echo the name and check nothing); the log says so once."""
+        if name in self.served_models:
+            return
+        with self.lock:
+            if ("model", "") in self.seen:
+                return
+            self.seen.add(("model", ""))
+        log.warning("specdec serve: a request names the model %r, but this server serves %s; served all the same, "
+                    "as SGLang does (said once)", name[:80], sorted(self.served_models - {DEFAULT_MODEL, ""})[:2])
 
     def ignore(self, data: dict, known: set[str], where: str) -> None:
         for name in sorted(set(data) - known - IGNORED):
@@ -410,6 +423,7 @@ def _openai_common(data: dict, engine: Engine, max_tokens_key: str, default_toke
     model = data.get("model", DEFAULT_MODEL)
     if not isinstance(model, str):
         raise BadRequest("model must be a string")
+    fields.model(model)
     stream = _flag(data, "stream")
     opts = data.get("stream_options")
     opts = {} if opts is None else opts

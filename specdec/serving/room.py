@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shlex
 import secrets
 import signal
 import string
@@ -20,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specdec.serving.client import Client, ClientError
 from specdec.serving.gpu import Gpu, MemoryPlan, ServerNeeds, memory_plan
 from specdec.serving.launch import LaunchConfig
 from specdec.serving.lifecycle import (
@@ -27,6 +29,7 @@ from specdec.serving.lifecycle import (
     ServerCommand,
     ServerError,
     kill_session,
+    launch,
     pid_alive,
     run_dir,
     session_members,
@@ -37,6 +40,8 @@ from specdec.serving.preflight import port_free
 
 STATE_NAME = "room.json"
 CSV_FIELDS = ("name", "url", "key")
+# What a student pastes (the room prints it) and Lab 3 reads: the plain server, the speculative one, their key.
+ENV_URL, ENV_SPEC_URL, ENV_KEY = "SPECDEC_URL", "SPECDEC_SPEC_URL", "SPECDEC_API_KEY"
 
 
 class RoomError(RuntimeError):
@@ -51,6 +56,7 @@ class Seat:
     spec: LaunchConfig | ServerCommand
     env: dict[str, str] = field(default_factory=dict)
     public_host: str | None = None  # the host name students use (the CSV), when it is not spec.host
+    student: str | None = None  # whose seat (default: name); a student may hold several (one per algorithm)
 
     @property
     def url(self) -> str:
@@ -60,6 +66,10 @@ class Seat:
     @property
     def key(self) -> str | None:
         return self.spec.api_key
+
+    @property
+    def speculative(self) -> bool:
+        return isinstance(self.spec, LaunchConfig) and self.spec.algorithm != "none"
 
 
 # ----- planning: names, ports, keys, GPU memory ---------------------------------------------------------
@@ -116,7 +126,8 @@ def gpu_plans(n: int, gpus: list[Gpu], needs: ServerNeeds, headroom: float) -> d
 
 
 def sglang_seats(bases: list[LaunchConfig], names: list[str], ports: list[int], keys: list[str], gpus: list[Gpu],
-                 plans: dict[int, MemoryPlan], nccl_ports: list[int], public_host: str | None = None) -> list[Seat]:
+                 plans: dict[int, MemoryPlan], nccl_ports: list[int], public_host: str | None = None,
+                 students: list[str] | None = None) -> list[Seat]:
     """SGLang servers (`bases`: each seat's configuration): each on its GPU (CUDA_VISIBLE_DEVICES), with its
     share of that GPU's memory.
 
@@ -124,19 +135,105 @@ def sglang_seats(bases: list[LaunchConfig], names: list[str], ports: list[int], 
     servers that start together can draw the same one, or a port another seat is about to take.
     """
     seats = []
-    for base, name, port, nccl, key, g in zip(bases, names, ports, nccl_ports, keys, spread(len(names), gpus)):
+    for base, name, port, nccl, key, g, student in zip(bases, names, ports, nccl_ports, keys, spread(len(names), gpus),
+                                                       students or names):
         plan = plans[g.index]
         extra = ("--max-total-tokens", str(plan.max_total_tokens), "--nccl-port", str(nccl))
         spec = base.replace(backend="sglang", port=port, api_key=key, mem_fraction_static=plan.mem_fraction_static,
                             extra_args=(*base.extra_args, *extra))
-        seats.append(Seat(name, spec, {"CUDA_VISIBLE_DEVICES": g.uuid or str(g.index)}, public_host))
+        seats.append(Seat(name, spec, {"CUDA_VISIBLE_DEVICES": g.uuid or str(g.index)}, public_host, student))
     return seats
 
 
 def specdec_seats(bases: list[LaunchConfig], names: list[str], ports: list[int], keys: list[str],
-                  public_host: str | None = None) -> list[Seat]:
-    return [Seat(name, base.replace(backend="specdec", port=port, api_key=key), public_host=public_host)
-            for base, name, port, key in zip(bases, names, ports, keys)]
+                  public_host: str | None = None, students: list[str] | None = None) -> list[Seat]:
+    return [Seat(name, base.replace(backend="specdec", port=port, api_key=key), public_host=public_host, student=student)
+            for base, name, port, key, student in zip(bases, names, ports, keys, students or names)]
+
+
+# ----- what each student pastes: the environment Lab 3 reads (lab_servers) ------------------------------
+def student_env(seats: list[Seat]) -> dict[str, dict[str, str]]:
+    """student -> {SPECDEC_URL: the plain server, SPECDEC_SPEC_URL: the (first) speculative one, SPECDEC_API_KEY}.
+    A student with only a speculative seat gets no SPECDEC_URL (the lab then starts its own plain server)."""
+    out: dict[str, dict[str, str]] = {}
+    for seat in seats:
+        env = out.setdefault(seat.student or seat.name, {})
+        env.setdefault(ENV_SPEC_URL if seat.speculative else ENV_URL, seat.url)
+        if seat.key:
+            env[ENV_KEY] = seat.key
+    return {who: {k: env[k] for k in (ENV_URL, ENV_SPEC_URL, ENV_KEY) if k in env} for who, env in out.items()}
+
+
+def export_line(env: dict[str, str]) -> str:
+    """One shell line: `export SPECDEC_URL=... SPECDEC_API_KEY=... SPECDEC_SPEC_URL=...`."""
+    return "export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+
+
+def jupyter_lines(env: dict[str, str]) -> list[str]:
+    """The same as %env lines, for a notebook's first cell (Jupyter's %env takes the rest of the line as it is)."""
+    return [f"%env {k}={v}" for k, v in env.items()]
+
+
+class RoomServer:
+    """A server this process did not start (the room's): the url, key and client() of a Server, and a
+    stop() that leaves it running, so that a notebook's last cell stops only what the notebook started."""
+
+    started = False  # Server.started is True
+    pid = None
+
+    def __init__(self, url: str, api_key: str | None = None):
+        self.url, self.api_key = url.rstrip("/"), api_key or None
+
+    def __repr__(self) -> str:
+        return f"RoomServer({self.url}, not started here: stop() leaves it running)"
+
+    def client(self, timeout: float = 600.0) -> Client:
+        return Client(self.url, api_key=self.api_key, timeout=timeout)
+
+    def stop(self, grace: float | None = None) -> None:
+        """Nothing: the room started this server and stops it."""
+
+
+def lab_servers(plain_cfg: LaunchConfig, spec_cfg: LaunchConfig, timeout: float = 900.0,
+                environ: dict[str, str] | None = None, report: Callable[[str], None] = print):
+    """Lab 3's two servers, (plain, speculative): the room's where SPECDEC_URL / SPECDEC_SPEC_URL are set
+    (key: SPECDEC_API_KEY), else started here from the configurations; one line says which. A room's
+    server must answer /server_info with the key, and the speculative one must be speculative (ServerError
+    otherwise). Each returned object has .url, .client() and .stop(), which stops only what was started here
+    (.started tells)."""
+    environ = os.environ if environ is None else environ
+    key = environ.get(ENV_KEY) or None
+    given = {"plain": (environ.get(ENV_URL) or "").strip(), "speculative": (environ.get(ENV_SPEC_URL) or "").strip()}
+    servers: dict[str, Server | RoomServer] = {}
+    for role, name in (("plain", ENV_URL), ("speculative", ENV_SPEC_URL)):
+        if not given[role]:
+            continue
+        server = RoomServer(given[role], key)
+        try:
+            info = server.client(timeout=30).server_info()
+        except ClientError as exc:
+            raise ServerError(f"{name}={given[role]}: {exc} (is the room running, and {ENV_KEY} that room's key?)") from None
+        if (role == "speculative") != bool(info.speculative_algorithm):
+            what = f"runs {info.speculative_algorithm}" if info.speculative_algorithm else "is not speculative"
+            raise ServerError(f"{name}={given[role]} {what}: {ENV_URL} is for the plain server, {ENV_SPEC_URL} "
+                              "for the speculative one")
+        servers[role] = server
+    started = []
+    try:
+        for role, cfg in (("plain", plain_cfg), ("speculative", spec_cfg)):
+            if role not in servers:
+                servers[role] = launch(cfg, timeout=timeout, progress=False)  # a bar's redraws fill a notebook
+                started.append(servers[role])
+    except BaseException:
+        for s in started:
+            s.stop()
+        raise
+    room = [f"{role} {s.url}" for role, s in servers.items() if not s.started]
+    own = [f"{role} {s.url} (pid {s.pid})" for role, s in servers.items() if s.started]
+    parts = ([f"using the room's servers at {', '.join(room)}"] if room else []) + \
+            ([f"started our own: {', '.join(own)}"] if own else [])
+    report("; ".join(parts) + ("" if room else f" (set {ENV_URL}, {ENV_KEY} and {ENV_SPEC_URL} to use a room's)"))
+    return servers["plain"], servers["speculative"]
 
 
 # ----- the state file: what --stop needs to find every process -------------------------------------------
@@ -228,7 +325,7 @@ class Room:
         """Until every server can generate; RoomError (with its log's last lines) if one exits or time runs out."""
         t0 = last = time.monotonic()
         waiting = [s.name for s in self.seats]
-        self.report(f"starting {len(waiting)} servers (logs in {self.logs})")
+        self.report(f"starting {len(waiting)} server{'' if len(waiting) == 1 else 's'} (logs in {self.logs})")
         while waiting:
             for name in list(waiting):
                 server = self.servers[name]
@@ -320,9 +417,17 @@ def stop_room(path: str | Path | None = None, grace: float = 15.0, wait: float =
 
 __all__ = [
     "CSV_FIELDS",
+    "ENV_KEY",
+    "ENV_SPEC_URL",
+    "ENV_URL",
     "Room",
     "RoomError",
+    "RoomServer",
     "Seat",
+    "export_line",
+    "jupyter_lines",
+    "lab_servers",
+    "student_env",
     "gpu_plans",
     "new_key",
     "pick_ports",

@@ -112,7 +112,8 @@ class Gate:
 def build_app(scheduler: Scheduler, args: ServerArgs, api_key: str | None = None) -> FastAPI:
     engine, tokenizer = scheduler.engine, scheduler.tokenizer
     speculative, k = engine.proposer is not None, engine.k
-    fields = protocol.FieldLog()  # unknown request fields, each named once
+    # unknown request fields, each named once; and once, a request naming another model than this one
+    fields = protocol.FieldLog((args.served_model_name, args.model_path))
     app = FastAPI(title="specdec serve", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
     started = time.time()
 
