@@ -177,7 +177,7 @@ def grade(ex: Exercise, caller: Caller, seed: int) -> CheckResult:
             if len(reply.outcomes) != len(cases):
                 raise CallFailed(f"the kernel answered {len(reply.outcomes)} of the {len(cases)} calls (was the grader's "
                                  "code in it changed?)")
-            bound |= set(reply.bound)
+            bound |= set(reply.bound) & set(stand_ins)  # the kernel's word: only names this exercise stands in
             judge = part.judge_all or (lambda c, o, p=part: judge_cases(p, c, o))
             try:
                 fraction, message = judge(cases, reply.outcomes)

@@ -263,10 +263,19 @@ def judge_tau(case: Case, got: Any, want: float) -> str | None:
     return f"expected {want:.6f}, got {x}{hint}"
 
 
+def stand_in_tokens_per_step(alpha: Any, k: Any) -> Any:
+    """formulas.expected_tokens_per_step, for every k the stub allows: k = 0 drafts too (1 token a step).
+
+    It stands in for the student's tokens_per_step in best_k, which may well call it with k = 0."""
+    kk = np.asarray(k)
+    tau = np.where(kk == 0, 1.0, formulas.expected_tokens_per_step(alpha, np.where(kk == 0, 1, kk)))
+    return float(tau) if tau.ndim == 0 else tau
+
+
 Q5 = Exercise(
     id="lab1.q5", points=1, title="expected tokens per step", reads="tokens_per_step", signature="(alpha, k)",
     parts=(Part(tau_cases, judge_tau, formulas.expected_tokens_per_step, what="(alpha, k)"),),
-    stand_in="specdec.sim.formulas:expected_tokens_per_step",
+    stand_in="specdec.grading.lab1:stand_in_tokens_per_step",
 )
 
 

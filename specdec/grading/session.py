@@ -58,9 +58,25 @@ class OutputTail(threading.Thread):
         return self.tail.decode("utf-8", errors="replace")
 
 
+# What of the grader's environment the kernel gets: what Python, the course's code (its model zoo, its
+# servers), numpy/torch and a GPU need; nothing else, so that no credential of the grader's reaches it.
+KERNEL_ENV = {"PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR", "PYTHONPATH",
+              "LD_LIBRARY_PATH"}
+KERNEL_ENV_PREFIXES = ("LC_", "SPECDEC_", "HF_", "TRANSFORMERS_", "TORCH", "CUDA_", "NVIDIA_", "SGLANG_", "OMP_",
+                       "MKL_", "OPENBLAS_", "XDG_")
+SECRET_WORDS = ("SECRET", "TOKEN", "KEY", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
+
+
+def kept_for_kernel(name: str) -> bool:
+    if any(word in name.upper() for word in SECRET_WORDS):
+        return False
+    return name in KERNEL_ENV or name.startswith(KERNEL_ENV_PREFIXES)
+
+
 def kernel_env(home: str) -> dict[str, str]:
-    """This copy of specdec first, a non-GUI matplotlib, IPython's files in a temporary folder."""
-    env = dict(os.environ)
+    """A minimal environment (no secret of the grader's), this copy of specdec first, a non-GUI matplotlib,
+    IPython's files in a temporary folder."""
+    env = {k: v for k, v in os.environ.items() if kept_for_kernel(k)}
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     env["MPLBACKEND"] = "Agg"
