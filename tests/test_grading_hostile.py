@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from test_grading import POINTS, fixture_env, run_cli, scores, write_notebook
 
@@ -146,3 +147,27 @@ def test_the_grading_secret_does_not_reach_the_notebook(tmp_path, how):
     results = (tmp_path / "r.json").read_text()
     assert "stolen: []" in results and "s3cr3t" not in results, results
     assert json.loads(results)["score"] == 6.0
+
+
+# Answers that take no work: constants (NaN among them, which once passed `abs(x - want) >= tol`) and
+# answers made from the shape of the input only.
+CONSTANTS = [float("nan"), float("inf"), 0, 1, 2.5, True, False, None, (float("nan"), float("nan")), (0.0, 0.0),
+             (1, 1), (float("nan"), 1), [], {}, "EAGLE"]
+SHAPE_ONLY = {
+    "residual": lambda p, q: np.full(len(p), 1 / len(p)),
+    "speculative_step": lambda p_rows, q_rows, drafts, rng: (0, [0]),
+    "best_k": lambda alpha, c, k_max=32: 1,
+    "choose_k": lambda rate, k, c, k_max=8: (float("nan"), 1),
+    "acceptance_summary": lambda log, k: (float("nan"), float("nan")),
+}
+
+
+@pytest.mark.parametrize("lab", [1, 2, 3])
+def test_answers_without_work_score_nothing(lab):
+    for ex in exercises_for_lab(lab):
+        answers = {f"constant {c!r}": lambda *a, c=c: c for c in CONSTANTS}
+        if ex.reads in SHAPE_ONLY:
+            answers["from the shape of the input"] = SHAPE_ONLY[ex.reads]
+        for shown, answer in answers.items():
+            res = ex.check({ex.reads: answer}, seed=7)
+            assert res.score == 0.0, (ex.id, shown, res)

@@ -46,6 +46,8 @@ NotImplementedError (the stub) zeroes the exercise as "not implemented yet".
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -54,6 +56,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from specdec.grading.calls import CallFailed, LocalCaller, Outcome, Reply, clip, describe
+from specdec.grading.codec import Encoder
 from specdec.grading.registry import CheckResult
 
 
@@ -68,6 +71,7 @@ class Case:
     args: tuple
     shown: str = ""  # "p=[0.2 0.8] q=[0.5 0.5]"; the feedback reads "{shown}: {what is wrong}"
     tag: str = ""  # a kind of case, for judges that treat some kinds differently
+    free: bool = False  # any well-formed answer is right here (p == q's residual): it can only lose points
 
 
 @dataclass(frozen=True)
@@ -141,17 +145,43 @@ def refusal(name: str, signature: str, reply: Reply) -> str | None:
     return None
 
 
+def key(x: Any) -> str:
+    """Equal for equal data (arrays by their bytes), to tell a constant answer."""
+    try:
+        enc = Encoder()
+        tree = enc.encode(x)
+    except Exception:  # an expected value that is not data (a dataclass of the reference's): its repr
+        return repr(x)
+    return json.dumps(tree) + hashlib.sha256(b"".join(enc.buffers)).hexdigest()
+
+
+def constant(answered: list[tuple[Case, Any, Any]], fractions: list[float]) -> str | None:
+    """Why the answers count for nothing, when one answer was given to cases that expect different ones
+    and it is not right on all of them: an answer that does not depend on the input is no work."""
+    if len(answered) < 2 or len({key(got) for _, got, _ in answered}) > 1 or min(fractions, default=1.0) == 1.0:
+        return None
+    if len({(case.tag, key(want)) for case, _, want in answered}) < 2:
+        return None
+    return (f"the same answer, {clip(repr(answered[0][1]), 120)}, for all {len(answered)} cases, whose expected "
+            "answers differ: an answer has to be computed from its input (no credit for the cases it happens to match)")
+
+
 def judge_cases(part: Part, cases: Sequence[Case], outcomes: list[Outcome]) -> tuple[float, str]:
     """Judge each answer; the feedback counts the right ones and shows the first failure."""
-    fractions, failures = [], []
+    fractions, failures, answered = [], [], []
     for case, out in zip(cases, outcomes):
         if out.raised is not None:
             right, why = 0.0, [f"raised {out.raised}"]
         else:
             want = part.reference(*case.args) if part.reference else None
             right, why = verdict(part.judge(case, out.value, want))
-        fractions.append(right)
+            answered.append((case, out.value, want))
         failures += [f"{case.shown}: {w}" if case.shown else w for w in why]
+        if not (case.free and right == 1.0):  # right where anything well-formed is: no credit of its own
+            fractions.append(right)
+    same = constant(answered, fractions)
+    if same or not fractions:
+        return 0.0, same or f"no credit: every one of the {len(cases)} {part.what} accepts any answer"
     n, score = len(fractions), sum(fractions) / len(fractions)
     if score == 1.0:
         return 1.0, f"correct on all {n} random {part.what}"
