@@ -7,18 +7,22 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import nbformat
 import numpy as np
 import pytest
-from test_grading import POINTS, fixture_env, run_cli, scores, write_notebook
+from test_grading import POINTS, REPO, fixture_env, run_cli, scores, write_notebook
 
-from specdec.grading import exercises_for_lab, registry
+from specdec.grading import exercises_for_lab, registry, session
 from specdec.grading.calls import LocalCaller
 from specdec.grading.codec import BadMessage, Decoder
+from specdec.grading.tampering import calls_reference
 
 BOMB_SHAPE = [10**4299] * 1000 + [0]  # math.prod of it ran for minutes, before any size check
 
@@ -74,8 +78,8 @@ class Claims:
     def __init__(self, ns):
         self.local = LocalCaller(ns)
 
-    def call(self, name, cases, stand_ins):
-        reply = self.local.call(name, cases, stand_ins)
+    def call(self, name, cases, stand_ins, watch=()):
+        reply = self.local.call(name, cases, stand_ins, watch)
         reply.bound = ["bogus", "add"]
         return reply
 
@@ -171,3 +175,147 @@ def test_answers_without_work_score_nothing(lab):
         for shown, answer in answers.items():
             res = ex.check({ex.reads: answer}, seed=7)
             assert res.score == 0.0, (ex.id, shown, res)
+
+
+# Graded functions that hand their exercise to the course's own answer, each beside an honest one. Some say so
+# in their source (an attribute, importlib, __import__); others hide it in an alias made outside the function
+# from strings cut in two, which only the kernel's watch of the reference's code sees.
+WRAPPERS = {
+    1: ["import numpy as np\nimport specdec.sim.verify\nfrom specdec.sim import verify\nfrom specdec.grading import check",
+        "def residual(p, q):\n    return specdec.sim.verify.residual_distribution(p, q)", 'check("lab1.q1")',
+        "_step = verify.accept_reject_step\ndef accept_draft(x, p, q, u):\n    return _step(x, p, q, u)",
+        'check("lab1.q2")', "def alpha_of(p, q):\n    return float(np.minimum(p, q).sum())", 'check("lab1.q4")'],
+    2: ["import importlib\nfrom specdec.grading import check",
+        "def commit_step(lengths, accept_length, k, done):\n    lab2 = importlib.import_module('specdec.grading.lab2')\n"
+        "    return lab2.reference_commit(lengths, accept_length, k, done)", 'check("lab2.q2")',
+        "_f = getattr(__import__('spec' + 'dec.sim.formulas', fromlist=['x']), 'speedup_' + 'from_costs')\n"
+        "def predicted_speedup(tau, k, t_plain, t_draft, t_verify):\n    return _f(tau, t_plain, t_draft, t_verify, k)",
+        'check("lab2.q5")', "def speedup_of(spec_tokens, spec_wall_s, plain_tokens, plain_wall_s):\n"
+        "    tps = sum(map(len, spec_tokens)) / spec_wall_s\n"
+        "    return tps, tps / (sum(map(len, plain_tokens)) / plain_wall_s)", 'check("lab2.q4")'],
+    3: ["from specdec.grading import check", "def accept_length_of(meta):\n"
+        "    return getattr(__import__('specdec.grading.lab3').grading.lab3, 'reference_accept_length_of')(meta)",
+        'check("lab3.q1")', "def acceptance_by_position(histogram):\n"
+        "    return [sum(histogram[i:]) / sum(histogram) for i in range(1, len(histogram))]", 'check("lab3.q3")'],
+}
+WRAPPED = {1: ["lab1.q1", "lab1.q2"], 2: ["lab2.q2", "lab2.q5"], 3: ["lab3.q1"]}
+SEEN_IN_SOURCE = {"lab1.q1", "lab2.q2", "lab3.q1"}
+HONEST = {1: "lab1.q4", 2: "lab2.q4", 3: "lab3.q3"}
+
+
+def test_a_wrapper_of_the_reference_scores_nothing_for_its_exercise(tmp_path):
+    paths = []
+    for lab, cells in WRAPPERS.items():
+        paths.append(tmp_path / f"wrappers{lab}.ipynb")
+        nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells]), paths[-1])
+    status, out, err = run_cli("grade", *map(str, paths), "--json", str(tmp_path / "r.json"), "-j", "2")
+    assert status == 0, err
+    for lab, entry in zip(WRAPPERS, json.loads((tmp_path / "r.json").read_text())):
+        tests = {t["name"].split(":")[0]: t for t in entry["tests"]}
+        for ex_id in WRAPPED[lab]:
+            assert tests[ex_id]["score"] == 0.0, tests[ex_id]
+            assert "calls the course's own answer to this exercise" in tests[ex_id]["output"], tests[ex_id]
+        honest = tests[HONEST[lab]]
+        assert honest["score"] == honest["max_score"] > 0, honest
+
+
+def test_the_source_shows_most_wrappers_and_no_solution():
+    """The grader's own reading of the source (the kernel's word on what ran can be silenced by the
+    notebook), and the solutions, which import specdec's helpers for other uses, pass it."""
+    for lab, cells in WRAPPERS.items():
+        for ex in exercises_for_lab(lab):
+            how = calls_reference(cells, ex.reads, ex.references())
+            assert (how is not None) == (ex.id in SEEN_IN_SOURCE), (ex.id, how)
+    for lab in (1, 2, 3):
+        solution = next((REPO / "solutions").glob(f"0{lab}_*.ipynb"))
+        sources = [c.source for c in nbformat.read(solution, as_version=4).cells if c.cell_type == "code"]
+        for ex in exercises_for_lab(lab):
+            assert calls_reference(sources, ex.reads, ex.references()) is None, ex.id
+
+
+# A process that leaves its kernel's process group (a new session) and rewrites the --json file whenever it
+# holds the grader's results: outside a container it outlives grading (out of scope, README); in one, it used to
+# win the race between the grader writing the file and the container ending with its PID 1.
+ESCAPE = '''import os, subprocess, sys
+args = open(f"/proc/{os.getppid()}/cmdline", "rb").read().split(b"\\0")
+target = args[args.index(b"--json") + 1].decode()
+FORGE = """import json, os, sys, time
+open(sys.argv[1] + ".started", "w").close()
+end = time.time() + 20
+while time.time() < end:
+    try:
+        if "999" not in open(sys.argv[1]).read():
+            open(sys.argv[1], "w").write(json.dumps({"score": 999.0, "max_score": 6.0, "tests": []}))
+    except OSError:
+        pass
+    time.sleep(0.001)
+"""
+subprocess.Popen([sys.executable, "-c", FORGE, target], start_new_session=True)'''
+
+
+def can_unshare() -> bool:
+    try:
+        return subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True,
+                              timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.mark.skipif(not can_unshare(), reason="needs unshare of a PID namespace (root); see the twin below")
+def test_in_a_pid_namespace_no_escaped_process_rewrites_the_results(tmp_path):
+    nb = write_notebook(tmp_path / "escape.ipynb", extra=[ESCAPE])
+    out = tmp_path / "r.json"
+    proc = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-m", "specdec", "grade",
+                           str(nb), "--json", str(out)], env={**os.environ, **fixture_env()}, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    time.sleep(1.0)  # every process of the namespace ended with its PID 1: nothing can write any more
+    results = json.loads(out.read_text())
+    assert results["score"] == 6.0, results
+    assert (tmp_path / "r.json.started").exists(), results  # the escaped process did run
+
+
+def test_the_grader_as_pid_1_kills_every_other_process_before_it_writes(monkeypatch):
+    """The twin of the test above, for machines without unshare: the logic, with os.kill recorded."""
+    sent = []
+
+    class Pid1:
+        WNOHANG = os.WNOHANG
+
+        def getpid(self):
+            return 1
+
+        def kill(self, pid, sig):
+            sent.append((pid, sig))
+
+        def waitpid(self, pid, options):
+            raise ChildProcessError
+
+    monkeypatch.setattr(session, "os", Pid1())
+    session.end_strays()
+    assert sent == [(-1, signal.SIGKILL)]
+    monkeypatch.undo()
+    session.end_strays()  # not PID 1 here: it must do nothing (kill(-1) would reach every process of the user)
+
+
+def test_a_kernel_user_gets_its_own_home_and_cannot_be_root(monkeypatch, tmp_path):
+    """What --kernel-user starts (recorded, not run: this machine's Python may not be readable by another user)."""
+    started, chowned = [], []
+
+    def popen(*args, **kwargs):
+        started.append(kwargs)
+        raise OSError("recorded")
+
+    monkeypatch.setattr(session.subprocess, "Popen", popen)
+    monkeypatch.setattr(os, "chown", lambda path, uid, gid: chowned.append((path, uid, gid)))
+    monkeypatch.setenv("SPECDEC_GRADING_SECRET", "s3cr3t")
+    nobody = pwd.getpwnam("nobody")
+    with pytest.raises(OSError, match="recorded" if os.geteuid() == 0 else "needs the grader to run as root"):
+        session.Kernel(str(tmp_path), str(tmp_path / "home"), 0, time.monotonic() + 10, user="nobody")
+    if os.geteuid() == 0:
+        (kw,) = started
+        assert (kw["user"], kw["group"], kw["extra_groups"]) == (nobody.pw_uid, nobody.pw_gid, [])
+        assert kw["env"]["HOME"] == str(tmp_path / "home") and "SPECDEC_GRADING_SECRET" not in kw["env"]
+        assert chowned == [(str(tmp_path / "home"), nobody.pw_uid, nobody.pw_gid)]
+        with pytest.raises(OSError, match="is root"):
+            session.Kernel(str(tmp_path), str(tmp_path / "home"), 0, time.monotonic() + 10, user="root")

@@ -55,7 +55,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from specdec.grading.calls import CallFailed, LocalCaller, Outcome, Reply, clip, describe
+from specdec.grading.calls import CallFailed, LocalCaller, Outcome, Reply, clip, describe, wrapper_note
 from specdec.grading.codec import Encoder
 from specdec.grading.registry import CheckResult
 
@@ -89,7 +89,13 @@ class Part:
 
 
 class Caller(Protocol):
-    def call(self, name: str, cases: list[tuple], stand_ins: dict[str, str]) -> Reply: ...
+    def call(self, name: str, cases: list[tuple], stand_ins: dict[str, str], watch: list[str] = ()) -> Reply: ...
+
+
+def path_of(fn: Any) -> str | None:
+    """"module:qualname" of a module-level function or method, which the kernel can import; else None."""
+    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
+    return f"{module}:{qualname}" if module and qualname and "<" not in qualname else None
 
 
 @dataclass(frozen=True, eq=False)
@@ -104,6 +110,12 @@ class Exercise:
     parts: tuple[Part, ...]
     stand_in: str | None = None  # "module:function": the reference that replaces it for later exercises
     uses: tuple[Exercise, ...] = ()  # earlier exercises whose functions the student's may call
+    answered_by: tuple[str, ...] = ()  # "module:function"s of the course's that answer it, besides the references
+
+    def references(self) -> list[str]:
+        """The course's own answers to this exercise: a student's function that calls one scores 0."""
+        paths = [self.stand_in, *(path_of(p.reference) for p in self.parts if p.reference), *self.answered_by]
+        return list(dict.fromkeys(p for p in paths if p))
 
     def grade(self, caller: Caller, seed: int) -> CheckResult:
         """Check the student's function through `caller`; every failure becomes a reason."""
@@ -200,10 +212,12 @@ def grade(ex: Exercise, caller: Caller, seed: int) -> CheckResult:
             name = part.reads or ex.reads
             signature = ex.signature if name == ex.reads else "(...)"
             cases = part.cases(rng)
-            reply = caller.call(name, [c.args for c in cases], stand_ins)
+            reply = caller.call(name, [c.args for c in cases], stand_ins, ex.references())
             refused = refusal(name, signature, reply)
             if refused:
                 return CheckResult(0.0, refused)
+            if reply.reference_called:
+                return CheckResult(0.0, wrapper_note(name, "when called"))
             if len(reply.outcomes) != len(cases):
                 raise CallFailed(f"the kernel answered {len(reply.outcomes)} of the {len(cases)} calls (was the grader's "
                                  "code in it changed?)")

@@ -211,7 +211,7 @@ Q3 = Exercise(
     # wrong token after a rejection (the classic bug: from q, not the residual) must earn well under half.
     parts=(Part(certain_steps, judge_certain_step, what="steps", name="certain cases"),
            Part(repeated_step, judge_all=judge_distribution, name=f"over {TRIALS} steps", weight=3.0)),
-    uses=(Q1, Q2),
+    uses=(Q1, Q2), answered_by=("specdec.sim.verify:speculative_sample",),
 )
 
 

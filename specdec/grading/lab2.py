@@ -199,6 +199,7 @@ Q3 = Exercise(
     id="lab2.q3", points=2, title="tau and acceptance by position from a decode log", reads="acceptance_from_log",
     signature="(accept_log, k)",
     parts=(Part(log_cases, judge_log, log_stats, what="logs"),),
+    answered_by=("specdec.sim.stats:AcceptanceStats.from_accept_lengths",),  # what log_stats hands it to
 )
 
 
@@ -289,6 +290,7 @@ Q5 = Exercise(
     id="lab2.q5", points=1, title="the speedup predicted from measured costs", reads="predicted_speedup",
     signature="(tau, k, t_plain, t_draft, t_verify)",
     parts=(Part(cost_cases, judge_predicted, reference_predicted, what="sets of costs"),),
+    answered_by=("specdec.sim.formulas:speedup_from_costs",),
 )
 
 

@@ -97,6 +97,7 @@ Q1 = Exercise(
     parts=(Part(one_meta_cases, judge_maybe_number("accept_length_of"), reference_accept_length_of,
                 what="responses"),),
     stand_in="specdec.grading.lab3:reference_accept_length_of",
+    answered_by=("specdec.serving.records:accept_length",),  # what the reference hands it to
 )
 
 

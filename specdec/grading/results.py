@@ -7,12 +7,13 @@ from dataclasses import dataclass, field
 
 @dataclass
 class Limits:
-    """Time limits in seconds, and the kernel's memory."""
+    """Time limits in seconds, the kernel's memory, and the user it runs as."""
 
     cell_timeout: float = 300.0  # per cell: interrupted, then the next cell runs
     check_timeout: float = 60.0  # per batch of calls of one exercise: a zero for that exercise
     total_timeout: float = 1800.0  # the whole notebook: the kernel is killed
     memory_gb: float = 4.0  # the kernel's data (RLIMIT_DATA); past it allocations fail; 0: no limit
+    kernel_user: str | None = None  # run kernels as this user (the grader must be root); None: the grader's
 
 
 @dataclass

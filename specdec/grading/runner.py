@@ -14,18 +14,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from specdec.grading.calls import describe
+from specdec.grading.calls import describe, wrapper_note
 from specdec.grading.registry import CheckResult, exercises_for_lab
 from specdec.grading.results import ExerciseResult, Limits, NotebookResult
-from specdec.grading.session import Kernel, KernelCaller, KernelGone, OutOfTime, stop_all
-from specdec.grading.submission import Cell, Submission, SubmissionError, load_submission
+from specdec.grading.session import Kernel, KernelCaller, KernelGone, OutOfTime, end_strays, stop_all
 from specdec.grading.secret import grading_secret
-from specdec.grading.tampering import reaches_into_grader
+from specdec.grading.submission import Cell, Submission, SubmissionError, load_submission
+from specdec.grading.tampering import calls_reference, reaches_into_grader
 
 MAX_DEATHS = 8  # kernels a notebook's cells may kill before no further cell runs (the grader's kills do not count)
 RERUN = "a fresh kernel ran the cells before it again and went on after it"
 
-__all__ = ["grade_notebook", "grade_submission", "read", "stop_all"]
+__all__ = ["end_strays", "grade_notebook", "grade_submission", "read", "stop_all"]
 
 
 class GaveUp(Exception):
@@ -74,7 +74,8 @@ class NotebookRun:
     def spawn(self) -> Kernel:
         """A kernel process, starting; ready() waits for it."""
         try:
-            return Kernel(str(self.sub.path.resolve().parent), self.home, int(self.limits.memory_gb * 2**30), self.deadline)
+            return Kernel(str(self.sub.path.resolve().parent), self.home, int(self.limits.memory_gb * 2**30), self.deadline,
+                          self.limits.kernel_user)
         except OSError as exc:
             raise GaveUp(f"the kernel could not start: {exc}") from None
 
@@ -126,6 +127,8 @@ class NotebookRun:
         if self.kernel is None:
             self.kernel = self.start()
         res = ex.grade(KernelCaller(self.kernel, self.limits.check_timeout), seed)
+        if res.score > 0 and (how := calls_reference([c.source for c in self.sub.code_cells], ex.reads, ex.references())):
+            res = CheckResult(0.0, wrapper_note(ex.reads, how))
         if not self.kernel.alive:  # the student's function killed it: the next check needs a fresh one
             self.kernel = None
             self.deaths += 1
