@@ -229,7 +229,7 @@ def rogue(monkeypatch, tmp_path):
     started = []
 
     def start(mode: str, seconds: float = 30.0) -> session.Kernel:
-        monkeypatch.setenv("ROGUE", mode)
+        monkeypatch.setenv("SPECDEC_ROGUE", mode)  # SPECDEC_*: passed to the kernel (session.kernel_env)
         started.append(session.Kernel(str(tmp_path), str(tmp_path), 0, session.Budget(seconds)))
         return started[-1]
 

@@ -186,6 +186,14 @@ def _metas(obj):
 
 
 def test_feedback_names_the_case_once(seed=0):
-    res = run_check(get_exercise("lab3.q1"), {"accept_length_of": lambda meta: 1.0}, seed=seed)
+    res = run_check(get_exercise("lab3.q1"), {"accept_length_of": accept_length_counts_prefill}, seed=seed)
     shown = res.message.split("first failure: ")[1].split(": ")[0]
     assert shown.startswith("completion_tokens=") and res.message.count(shown) == 1, res.message
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_wrong_formula_earns_nothing_for_its_none_cases(seed):
+    """Returning None without counters is right whatever the formula: alone it earns nothing."""
+    for ex_id, fn in (("lab3.q1", accept_length_counts_prefill), ("lab3.q2", overall_is_a_mean)):
+        res = run_check(get_exercise(ex_id), {get_exercise(ex_id).reads: fn}, seed=seed)
+        assert res.score == 0.0, (ex_id, res.message)

@@ -52,6 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"a kernel's data memory; past it allocations fail (default {defaults.memory_gb:g}, 0: no limit)")
     parser.add_argument("--lab", type=int, action="append", metavar="N",
                         help="grade as lab N (default: the labs whose labN.qM ids the notebook names)")
+    parser.add_argument("--kernel-user", metavar="NAME",
+                        help="run each notebook's kernel as this user (the grader runs as root): its processes cannot "
+                             "signal the grader or write the results (see README, Threat model)")
     parser.add_argument("-j", "--jobs", type=int, default=1, metavar="N", help="notebooks graded at once (default 1)")
 
 
@@ -140,8 +143,9 @@ def _write(path: str, text: str) -> None:
 def main(args: argparse.Namespace) -> int:
     _validate(args)
     limits = Limits(cell_timeout=args.cell_timeout, check_timeout=args.check_timeout, total_timeout=args.timeout,
-                    memory_gb=args.memory, wall_factor=args.wall_factor)
+                    memory_gb=args.memory, wall_factor=args.wall_factor, kernel_user=args.kernel_user)
     results = grade_all(args, limits)
+    runner.end_strays()  # as PID 1 of a container: no process of a notebook's is left to rewrite what follows
     if args.json:
         _write(args.json, report.results_json(results, single=len(results) == 1))
     if args.csv:

@@ -5,6 +5,7 @@ Answers arrive as data (see codec.py): numbers, lists, tuples, numpy arrays, tor
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Any
 
@@ -84,4 +85,8 @@ def whole_in(x: Any, lo: int, hi: int) -> bool:
 
 
 def close(got: float, want: float, rel: float = 0.0, abs_: float = 0.0) -> bool:
+    """got is want within the tolerance. NaN is never close to anything, an infinity only to itself:
+    write `not close(...)` for "wrong", never `abs(got - want) >= tol`, which NaN passes."""
+    if not (math.isfinite(got) and math.isfinite(want)):
+        return got == want
     return abs(got - want) <= max(rel * abs(want), abs_)

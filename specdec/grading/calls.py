@@ -8,6 +8,7 @@ exercises' functions can be replaced by the reference for the duration (`stand_i
 from __future__ import annotations
 
 import importlib
+import sys
 import types
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +38,7 @@ class Reply:
     missing: bool = False  # the name is not defined
     not_callable: str | None = None  # the type of what the name holds instead of a function
     stopped: str | None = None  # why the batch stopped early (a time limit, an exit): a zero
+    reference_called: bool = False  # the function ran the course's own answer (`watch`): a zero, never more
 
 
 class CallFailed(Exception):
@@ -75,6 +77,12 @@ def why_stopped(exc: BaseException) -> str:
     return f"your code raised {describe(exc)} while being checked"
 
 
+def wrapper_note(name: str, how: str) -> str:
+    """The feedback of a function that hands the exercise to the course's own answer."""
+    return (f"no credit: `{name}` calls the course's own answer to this exercise ({how}); write the computation "
+            "yourself (specdec's other functions, and your own earlier answers, are fine to use)")
+
+
 def names_in(code: types.CodeType) -> set[str]:
     """Global names a function's code (nested functions included) refers to."""
     found = set(code.co_names)
@@ -85,9 +93,45 @@ def names_in(code: types.CodeType) -> set[str]:
 
 
 def resolve(path: str) -> Any:
-    """"specdec.sim.verify:residual_distribution" -> that function."""
+    """"specdec.sim.verify:residual_distribution" (or "module:Class.method") -> that function."""
     module, _, attr = path.partition(":")
-    return getattr(importlib.import_module(module), attr)
+    obj = importlib.import_module(module)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+class Watch:
+    """Notes whether any of the functions `paths` runs while active (sys.setprofile, this thread).
+
+    How the grader tells a wrapper of the reference from a solution, whatever path reached the
+    reference (an alias, importlib, getattr): the same code object runs. It can only lower a score:
+    code that turns the profiler off hides only its own wrapper from this check."""
+
+    def __init__(self, paths: list[str]):
+        self.codes = set()
+        for path in paths:
+            try:
+                fn = resolve(path)
+            except Exception:  # the student broke specdec in their own process
+                continue
+            code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+            if isinstance(code, types.CodeType):
+                self.codes.add(code)
+        self.called = False
+
+    def profile(self, frame: types.FrameType, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code in self.codes:
+            self.called = True
+
+    def __enter__(self) -> Watch:
+        self.before = sys.getprofile()
+        if self.codes:
+            sys.setprofile(self.profile)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sys.setprofile(self.before)
 
 
 class StandIns:
@@ -120,8 +164,9 @@ class StandIns:
 
 
 def call_student(ns: dict[str, Any], name: str, cases: list[tuple], stand_ins: dict[str, str],
-                 enc: Encoder) -> tuple[Reply, list[Any]]:
-    """Call ns[name](*args) for each case; return the reply and each result's encoded tree.
+                 enc: Encoder, watch: list[str] = ()) -> tuple[Reply, list[Any]]:
+    """Call ns[name](*args) for each case; return the reply and each result's encoded tree; note
+    whether the functions `watch` (the reference of the exercise) ran during the calls.
 
     Stops at the first BaseException that is not an Exception (a time limit, an exit): the
     caller's time limit has to reach out of here."""
@@ -132,12 +177,14 @@ def call_student(ns: dict[str, Any], name: str, cases: list[tuple], stand_ins: d
         return Reply(not_callable=type_name(fn)), []
     trees: list[Any] = []
     reply = Reply()
+    watching = Watch(list(watch))
     with StandIns(fn, stand_ins) as bound:
         reply.bound = bound.bound
         for args in cases:
             outcome = Outcome()
             try:
-                result = fn(*args)
+                with watching:
+                    result = fn(*args)
                 trees.append(encode_result(enc, result, outcome))
             except Exception as exc:  # the student's code failed on this case
                 outcome.raised, outcome.raised_type = describe(exc), type(exc).__name__
@@ -146,6 +193,7 @@ def call_student(ns: dict[str, Any], name: str, cases: list[tuple], stand_ins: d
                 reply.stopped = why_stopped(exc)
                 break
             reply.outcomes.append(outcome)
+    reply.reference_called = watching.called
     return reply, trees
 
 
@@ -166,7 +214,8 @@ class LocalCaller:
     def __init__(self, ns: dict[str, Any]):
         self.ns = ns
 
-    def call(self, name: str, cases: list[tuple], stand_ins: dict[str, str]) -> Reply:
+    def call(self, name: str, cases: list[tuple], stand_ins: dict[str, str], watch: list[str] = ()) -> Reply:
+        """`watch` is left out: check() in a notebook does not look for wrappers of the reference (the grade does)."""
         copies: list[tuple] = []
         for args in cases:
             enc = Encoder()

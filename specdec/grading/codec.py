@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 MAX_DEPTH = 64  # nesting of lists/dicts; deeper (or a cycle) is not data
+MAX_DIMS = 32  # of an array on the wire; each dimension at most MAX_REPLY_BYTES (no arithmetic on huge ints)
 MAX_REPLY_BYTES = 64 << 20  # what the grader reads of one message from the kernel
 HEADER = struct.Struct(">I")
 # dtypes an array may have on the wire; anything else (object, strings, records) is not data
@@ -111,13 +112,18 @@ class Decoder:
         dtype, shape, index = spec["dtype"], spec["shape"], spec["buffer"]
         if dtype not in DTYPES or type(index) is not int or not 0 <= index < len(self.buffers):
             raise BadMessage("an array with a bad dtype or buffer")
-        if not (isinstance(shape, list) and all(type(n) is int and n >= 0 for n in shape)):
+        # bounded before any arithmetic: a product of a thousand 4,000-digit dimensions takes minutes
+        if not (isinstance(shape, list) and len(shape) <= MAX_DIMS
+                and all(type(n) is int and 0 <= n <= MAX_REPLY_BYTES for n in shape)):
             raise BadMessage("an array with a bad shape")
         np = _np()
         raw = self.buffers[index]
         if math.prod(shape) * np.dtype(dtype).itemsize != len(raw):  # exact: no int64 overflow
             raise BadMessage("an array whose bytes do not match its shape")
-        return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+        try:
+            return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+        except ValueError:  # an empty array whose other dimensions numpy cannot index
+            raise BadMessage("an array with a bad shape") from None
 
     def decode(self, tree: Any, depth: int = 0) -> Any:
         if depth > MAX_DEPTH:

@@ -46,6 +46,8 @@ NotImplementedError (the stub) zeroes the exercise as "not implemented yet".
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -53,7 +55,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from specdec.grading.calls import CallFailed, LocalCaller, Outcome, Reply, clip, describe
+from specdec.grading.calls import CallFailed, LocalCaller, Outcome, Reply, clip, describe, wrapper_note
+from specdec.grading.codec import Encoder
 from specdec.grading.registry import CheckResult
 
 
@@ -68,6 +71,9 @@ class Case:
     args: tuple
     shown: str = ""  # "p=[0.2 0.8] q=[0.5 0.5]"; the feedback reads "{shown}: {what is wrong}"
     tag: str = ""  # a kind of case, for judges that treat some kinds differently
+    # earns nothing on its own, can only lose points: any well-formed answer is right here (p == q's residual),
+    # or it checks only an edge (None without counters), which a wrong formula handles as well as a right one
+    free: bool = False
 
 
 @dataclass(frozen=True)
@@ -85,7 +91,13 @@ class Part:
 
 
 class Caller(Protocol):
-    def call(self, name: str, cases: list[tuple], stand_ins: dict[str, str]) -> Reply: ...
+    def call(self, name: str, cases: list[tuple], stand_ins: dict[str, str], watch: list[str] = ()) -> Reply: ...
+
+
+def path_of(fn: Any) -> str | None:
+    """"module:qualname" of a module-level function or method, which the kernel can import; else None."""
+    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
+    return f"{module}:{qualname}" if module and qualname and "<" not in qualname else None
 
 
 @dataclass(frozen=True, eq=False)
@@ -100,6 +112,12 @@ class Exercise:
     parts: tuple[Part, ...]
     stand_in: str | None = None  # "module:function": the reference that replaces it for later exercises
     uses: tuple[Exercise, ...] = ()  # earlier exercises whose functions the student's may call
+    answered_by: tuple[str, ...] = ()  # "module:function"s of the course's that answer it, besides the references
+
+    def references(self) -> list[str]:
+        """The course's own answers to this exercise: a student's function that calls one scores 0."""
+        paths = [self.stand_in, *(path_of(p.reference) for p in self.parts if p.reference), *self.answered_by]
+        return list(dict.fromkeys(p for p in paths if p))
 
     def grade(self, caller: Caller, seed: int) -> CheckResult:
         """Check the student's function through `caller`; every failure becomes a reason."""
@@ -141,18 +159,44 @@ def refusal(name: str, signature: str, reply: Reply) -> str | None:
     return None
 
 
+def key(x: Any) -> str:
+    """Equal for equal data (arrays by their bytes), to tell a constant answer."""
+    try:
+        enc = Encoder()
+        tree = enc.encode(x)
+    except Exception:  # an expected value that is not data (a dataclass of the reference's): its repr
+        return repr(x)
+    return json.dumps(tree) + hashlib.sha256(b"".join(enc.buffers)).hexdigest()
+
+
+def constant(answered: list[tuple[Case, Any, Any]], fractions: list[float]) -> str | None:
+    """Why the answers count for nothing, when one answer was given to cases that expect different ones
+    and it is not right on all of them: an answer that does not depend on the input is no work."""
+    if len(answered) < 2 or len({key(got) for _, got, _ in answered}) > 1 or min(fractions, default=1.0) == 1.0:
+        return None
+    if len({(case.tag, key(want)) for case, _, want in answered}) < 2:
+        return None
+    return (f"the same answer, {clip(repr(answered[0][1]), 120)}, for all {len(answered)} cases, whose expected "
+            "answers differ: an answer has to be computed from its input (no credit for the cases it happens to match)")
+
+
 def judge_cases(part: Part, cases: Sequence[Case], outcomes: list[Outcome]) -> tuple[float, str]:
     """Judge each answer; the feedback counts the right ones and shows the first failure."""
-    fractions, failures = [], []
+    fractions, failures, answered = [], [], []
     for case, out in zip(cases, outcomes):
         if out.raised is not None:
             right, why = 0.0, [f"raised {out.raised}"]
         else:
             want = part.reference(*case.args) if part.reference else None
             right, why = verdict(part.judge(case, out.value, want))
-        fractions.append(right)
+            answered.append((case, out.value, want))
         # many judges name the case themselves: name it once
         failures += [f"{case.shown}: {w}" if case.shown and not w.startswith(case.shown) else w for w in why]
+        if not (case.free and right == 1.0):  # right where anything well-formed is: no credit of its own
+            fractions.append(right)
+    same = constant(answered, fractions)
+    if same or not fractions:
+        return 0.0, same or f"no credit: every one of the {len(cases)} {part.what} accepts any answer"
     n, score = len(fractions), sum(fractions) / len(fractions)
     if score == 1.0:
         return 1.0, f"correct on all {n} random {part.what}"
@@ -171,14 +215,16 @@ def grade(ex: Exercise, caller: Caller, seed: int) -> CheckResult:
             name = part.reads or ex.reads
             signature = ex.signature if name == ex.reads else "(...)"
             cases = part.cases(rng)
-            reply = caller.call(name, [c.args for c in cases], stand_ins)
+            reply = caller.call(name, [c.args for c in cases], stand_ins, ex.references())
             refused = refusal(name, signature, reply)
             if refused:
                 return CheckResult(0.0, refused)
+            if reply.reference_called:
+                return CheckResult(0.0, wrapper_note(name, "when called"))
             if len(reply.outcomes) != len(cases):
                 raise CallFailed(f"the kernel answered {len(reply.outcomes)} of the {len(cases)} calls (was the grader's "
                                  "code in it changed?)")
-            bound |= set(reply.bound)
+            bound |= set(reply.bound) & set(stand_ins)  # the kernel's word: only names this exercise stands in
             judge = part.judge_all or (lambda c, o, p=part: judge_cases(p, c, o))
             try:
                 fraction, message = judge(cases, reply.outcomes)

@@ -115,7 +115,7 @@ def call(shell: Any, msg: dict[str, Any], buffers: list[bytes]) -> tuple[dict[st
     restore_stdio()
     try:
         with time_limit(msg["timeout"], msg.get("wall")):
-            reply, trees = call_student(shell.user_ns, msg["name"], cases, msg["stand_ins"], enc)
+            reply, trees = call_student(shell.user_ns, msg["name"], cases, msg["stand_ins"], enc, msg.get("watch", []))
     finally:
         limits.disarm()
     outcomes = []
@@ -126,8 +126,8 @@ def call(shell: Any, msg: dict[str, Any], buffers: list[bytes]) -> tuple[dict[st
             outcomes.append({"not_data": out.not_data})
         else:
             outcomes.append({"value": tree})
-    return {"outcomes": outcomes, "bound": reply.bound, "missing": reply.missing,
-            "not_callable": reply.not_callable, "stopped": reply.stopped}, enc.buffers
+    return {"outcomes": outcomes, "bound": reply.bound, "missing": reply.missing, "not_callable": reply.not_callable,
+            "stopped": reply.stopped, "reference_called": reply.reference_called}, enc.buffers
 
 
 def serve(shell: Any, requests: int, replies: int) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import scipy.stats  # noqa: F401  stats.chi_square_test's, imported before any notebook runs (see exercise.py)
 
-from specdec.grading.answers import as_numpy, fmt, number, pair, short, whole_in
+from specdec.grading.answers import as_numpy, close, fmt, number, pair, short, whole_in
 from specdec.grading.calls import Outcome
 from specdec.grading.codec import Rng
 from specdec.grading.exercise import Case, Exercise, Part, WrongShape
@@ -49,7 +49,7 @@ def residual_cases(rng: np.random.Generator) -> list[Case]:
             q[rng.permutation(v)[: v // 2]] = 0.0
             q /= q.sum()
         if i == 1:  # p == q: undefined and never sampled; any distribution will do, but no NaN
-            cases.append(Case((p, p.copy()), shown="p == q", tag="p == q"))
+            cases.append(Case((p, p.copy()), shown="p == q", tag="p == q", free=True))
         else:
             cases.append(Case((p, q), shown=f"p={fmt(p)} q={fmt(q)}"))
     return cases
@@ -121,7 +121,7 @@ def certain_steps(rng: np.random.Generator) -> list[Case]:
         v, k = int(rng.integers(3, 9)), int(rng.integers(1, 5))
         p_rows, q_rows = random_step(rng, v, k, (0.3, 0.8))
         drafts = np.array([rng.choice(v, p=q) for q in q_rows], dtype=np.int64)
-        kind = ("accept all", "reject first", "random")[i % 3]
+        kind = ("accept all", "reject first")[i % 2]  # no case that any well-formed answer passes
         if kind == "accept all":  # the target likes every draft at least as much as the draft did
             q_rows = p_rows[:k].copy()
         elif kind == "reject first":  # the target never says the first draft
@@ -211,7 +211,7 @@ Q3 = Exercise(
     # wrong token after a rejection (the classic bug: from q, not the residual) must earn well under half.
     parts=(Part(certain_steps, judge_certain_step, what="steps", name="certain cases"),
            Part(repeated_step, judge_all=judge_distribution, name=f"over {TRIALS} steps", weight=3.0)),
-    uses=(Q1, Q2),
+    uses=(Q1, Q2), answered_by=("specdec.sim.verify:speculative_sample",),
 )
 
 
@@ -263,10 +263,19 @@ def judge_tau(case: Case, got: Any, want: float) -> str | None:
     return f"expected {want:.6f}, got {x}{hint}"
 
 
+def stand_in_tokens_per_step(alpha: Any, k: Any) -> Any:
+    """formulas.expected_tokens_per_step, for every k the stub allows: k = 0 drafts too (1 token a step).
+
+    It stands in for the student's tokens_per_step in best_k, which may well call it with k = 0."""
+    kk = np.asarray(k)
+    tau = np.where(kk == 0, 1.0, formulas.expected_tokens_per_step(alpha, np.where(kk == 0, 1, kk)))
+    return float(tau) if tau.ndim == 0 else tau
+
+
 Q5 = Exercise(
     id="lab1.q5", points=1, title="expected tokens per step", reads="tokens_per_step", signature="(alpha, k)",
     parts=(Part(tau_cases, judge_tau, formulas.expected_tokens_per_step, what="(alpha, k)"),),
-    stand_in="specdec.sim.formulas:expected_tokens_per_step",
+    stand_in="specdec.grading.lab1:stand_in_tokens_per_step",
 )
 
 
@@ -312,10 +321,10 @@ def judge_summary(case: Case, got: Any, want: stats.AcceptanceStats) -> list[str
     if tau is None or rate is None:
         raise WrongShape(f"acceptance_summary must return two numbers (tau, acceptance_rate), got {short(got)}")
     tau_why = rate_why = None
-    if abs(tau - want.tau) >= 1e-9:
+    if not close(tau, want.tau, abs_=1e-9):
         hint = " : tau counts the bonus/correction token, tau = mean accepted + 1" if abs(tau - (want.tau - 1)) < 1e-9 else ""
         tau_why = f"tau expected {want.tau:.4f}, got {tau:.4f}{hint}"
-    if abs(rate - want.acceptance_rate) >= 1e-9:
+    if not close(rate, want.acceptance_rate, abs_=1e-9):
         rate_why = f"acceptance rate (accepted / (k * steps)) expected {want.acceptance_rate:.4f}, got {rate:.4f}"
     return [tau_why, rate_why]
 

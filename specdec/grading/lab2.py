@@ -13,7 +13,7 @@ import torch
 
 from specdec.decoder.kv_cache import KVCache
 from specdec.decoder.verify import greedy_accept
-from specdec.grading.answers import as_numpy, number, pair, short, vector, whole_in
+from specdec.grading.answers import as_numpy, close, number, pair, short, vector, whole_in
 from specdec.grading.exercise import Case, Exercise, Part, WrongShape
 from specdec.sim import formulas, stats
 
@@ -179,7 +179,7 @@ def judge_log(case: Case, got: Any, want: stats.AcceptanceStats) -> list[str | N
         raise WrongShape(f"k={k}: {exc} (one acceptance fraction per draft position 1..k)") from None
     valid = log[log >= 0]
     tau_why = pos_why = None
-    if abs(tau - want.tau) >= 1e-9:
+    if not close(tau, want.tau, abs_=1e-9):
         hint = ""
         if abs(tau - (want.tau - 1)) < 1e-9:
             hint = " (tau counts the bonus/correction token: mean accepted + 1)"
@@ -199,6 +199,7 @@ Q3 = Exercise(
     id="lab2.q3", points=2, title="tau and acceptance by position from a decode log", reads="acceptance_from_log",
     signature="(accept_log, k)",
     parts=(Part(log_cases, judge_log, log_stats, what="logs"),),
+    answered_by=("specdec.sim.stats:AcceptanceStats.from_accept_lengths",),  # what log_stats hands it to
 )
 
 
@@ -289,6 +290,7 @@ Q5 = Exercise(
     id="lab2.q5", points=1, title="the speedup predicted from measured costs", reads="predicted_speedup",
     signature="(tau, k, t_plain, t_draft, t_verify)",
     parts=(Part(cost_cases, judge_predicted, reference_predicted, what="sets of costs"),),
+    answered_by=("specdec.sim.formulas:speedup_from_costs",),
 )
 
 
@@ -333,7 +335,7 @@ def judge_choice(case: Case, got: Any, want: tuple[float, int, float]) -> list[s
         raise WrongShape(f"alpha must be a number, got {short(first)}")
     alpha, want_k, best = want
     alpha_why = k_why = None
-    if abs(a_got - alpha) >= 1e-6:
+    if not close(a_got, alpha, abs_=1e-6):
         hint = ""
         if abs(a_got - rate) < 1e-9 and k > 1:
             hint = (" (the rate is not alpha: drafts after a rejection count as not accepted, so the rate "

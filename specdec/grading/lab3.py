@@ -85,10 +85,10 @@ def one_meta_cases(rng: np.random.Generator) -> list[Case]:
     for i in range(10):
         meta = plain_meta(rng) if i == 3 else spec_meta(rng)
         cases.append(Case((meta,), shown=f"completion_tokens={meta['completion_tokens']}, "
-                                         f"spec_verify_ct={meta.get('spec_verify_ct')}"))
+                                         f"spec_verify_ct={meta.get('spec_verify_ct')}", free=not meta.get("spec_verify_ct")))
     for meta in recorded_metas(rng, 3):
         cases.append(Case((meta,), shown=f"a real SGLang answer: completion_tokens={meta['completion_tokens']}, "
-                                         f"spec_verify_ct={meta.get('spec_verify_ct')}"))
+                                         f"spec_verify_ct={meta.get('spec_verify_ct')}", free=not meta.get("spec_verify_ct")))
     return cases
 
 
@@ -97,6 +97,7 @@ Q1 = Exercise(
     parts=(Part(one_meta_cases, judge_maybe_number("accept_length_of"), reference_accept_length_of,
                 what="responses"),),
     stand_in="specdec.grading.lab3:reference_accept_length_of",
+    answered_by=("specdec.serving.records:accept_length",),  # what the reference hands it to
 )
 
 
@@ -117,7 +118,7 @@ def many_meta_cases(rng: np.random.Generator) -> list[Case]:
         if i == 7:
             metas = [plain_meta(rng) for _ in range(3)]
         cases.append(Case((metas,), shown=f"{len(metas)} responses (verify steps "
-                                          f"{[m.get('spec_verify_ct') for m in metas]})"))
+                                          f"{[m.get('spec_verify_ct') for m in metas]})", free=i == 7))
     metas = recorded_metas(rng, 5)
     cases.append(Case((metas,), shown=f"{len(metas)} real SGLang answers (verify steps "
                                       f"{[m.get('spec_verify_ct') for m in metas]})"))

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 
 @dataclass
 class Limits:
-    """Time limits in seconds of the kernel's CPU time (its main thread's), and the kernel's memory.
+    """Time limits in seconds of the kernel's CPU time (its main thread's), the kernel's memory, and the
+    user it runs as.
 
     A machine busy with other work slows a kernel down but does not change its CPU time, so it does
     not change a grade. Code that waits (sleeps, reads a socket) uses no CPU: every limit also holds on
@@ -18,6 +19,7 @@ class Limits:
     total_timeout: float = 1800.0  # the whole notebook: the kernel is killed
     wall_factor: float = 5.0  # each limit x this on the wall clock: a kernel given a fifth of a core still finishes
     memory_gb: float = 4.0  # the kernel's data (RLIMIT_DATA); past it allocations fail; 0: no limit
+    kernel_user: str | None = None  # run kernels as this user (the grader must be root); None: the grader's
 
 
 @dataclass

@@ -9,24 +9,23 @@ again and the notebook goes on after it: only the exercises that depend on that 
 from __future__ import annotations
 
 import hashlib
-import os
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from specdec.grading.calls import describe, wrapper_note
 from specdec.grading.registry import CheckResult, exercises_for_lab
 from specdec.grading.results import ExerciseResult, Limits, NotebookResult
-from specdec.grading.session import Budget, Kernel, KernelCaller, KernelGone, OutOfTime, stop_all
+from specdec.grading.secret import grading_secret
+from specdec.grading.session import Budget, Kernel, KernelCaller, KernelGone, OutOfTime, end_strays, stop_all
 from specdec.grading.submission import Cell, Submission, SubmissionError, load_submission
-from specdec.grading.tampering import reaches_into_grader
+from specdec.grading.tampering import calls_reference, reaches_into_grader
 
-# A secret mixed into the cases' seeds: without it, anyone can compute the cases of a notebook.
-SECRET_ENV = "SPECDEC_GRADING_SECRET"
-MAX_DEATHS = 8  # kernels a notebook may kill before grading gives up on it
+MAX_DEATHS = 8  # kernels a notebook's cells may kill before no further cell runs (the grader's kills do not count)
 RERUN = "a fresh kernel ran the cells before it again and went on after it"
 
-__all__ = ["grade_notebook", "grade_submission", "read", "stop_all"]
+__all__ = ["end_strays", "grade_notebook", "grade_submission", "read", "stop_all"]
 
 
 class GaveUp(Exception):
@@ -75,15 +74,14 @@ class NotebookRun:
     def spawn(self) -> Kernel:
         """A kernel process, starting; ready() waits for it."""
         try:
-            return Kernel(str(self.sub.path.resolve().parent), self.home, int(self.limits.memory_gb * 2**30), self.budget)
+            return Kernel(str(self.sub.path.resolve().parent), self.home, int(self.limits.memory_gb * 2**30), self.budget,
+                          self.limits.kernel_user)
         except OSError as exc:
             raise GaveUp(f"the kernel could not start: {exc}") from None
 
     def start(self, spawned: Kernel | None = None) -> Kernel:
         """A fresh kernel that has run the kept cells (one that kills it now is dropped as well)."""
         while True:
-            if self.deaths >= MAX_DEATHS:
-                raise GaveUp(f"the notebook's code killed its kernel {self.deaths} times: grading stopped there")
             try:
                 kernel = (spawned or self.spawn()).ready()
                 spawned = None
@@ -102,6 +100,10 @@ class NotebookRun:
     def run_cells(self, spawned: Kernel) -> None:
         self.kernel = self.start(spawned)
         for cell in self.sub.graded_cells:
+            if self.deaths >= MAX_DEATHS:  # enough: the exercises are checked with the cells that ran
+                self.problem(cell, f"not run: the notebook's code had killed its kernel {self.deaths} times, so "
+                                   "grading ran no further cells and checked the answers with the cells before")
+                break
             if self.kernel is None:
                 self.kernel = self.start()
             self.where = f"in {cell.label()}"
@@ -112,9 +114,10 @@ class NotebookRun:
                 self.died(cell, f"the kernel {exc}")
                 continue
             if problem and problem["kind"] == "memory":  # the kernel is full: start afresh without it
-                self.kernel.kill()
+                self.kernel.kill()  # the grader's own kill: not a death of the notebook's making
                 self.kernel = None
-                self.died(cell, f"{problem['message']} (the kernel's memory limit is {self.limits.memory_gb:g} GiB)")
+                self.problem(cell, f"{problem['message']} (the kernel's memory limit is {self.limits.memory_gb:g} GiB); "
+                                   f"{RERUN}")
                 continue
             if problem:
                 self.problem(cell, problem["message"])
@@ -124,6 +127,8 @@ class NotebookRun:
         if self.kernel is None:
             self.kernel = self.start()
         res = ex.grade(KernelCaller(self.kernel, self.limits.check_timeout), seed)
+        if res.score > 0 and (how := calls_reference([c.source for c in self.sub.code_cells], ex.reads, ex.references())):
+            res = CheckResult(0.0, wrapper_note(ex.reads, how))
         if not self.kernel.alive:  # the student's function killed it: the next check needs a fresh one
             self.kernel = None
             self.deaths += 1
@@ -156,7 +161,7 @@ def grade_submission(sub: Submission, limits: Limits) -> NotebookResult:
     """Run and check a notebook already read (a class is read before any kernel could change a file)."""
     start = time.monotonic()
     errors: list[str] = []
-    key, secret = student_key(sub), os.environ.get(SECRET_ENV, "")
+    key = student_key(sub)
     graded: dict[str, CheckResult] = {}
     ungraded: dict[str, str] = {}  # why an exercise has no result
     stop = None
@@ -165,6 +170,9 @@ def grade_submission(sub: Submission, limits: Limits) -> NotebookResult:
         run = NotebookRun(sub, limits, home)
         checking = None
         try:
+            # read (and wiped from this process's environment) before any kernel starts: without it, anyone
+            # can compute the cases of a notebook
+            secret = grading_secret()
             # the kernel boots while the checks (and all they import) load, before any of the notebook runs
             run.kernel = spawned = run.spawn()
             plan = plan_of(sub.labs, errors)
@@ -188,6 +196,9 @@ def grade_submission(sub: Submission, limits: Limits) -> NotebookResult:
             ungraded = {ex.id: f"not graded: {exc}" for ex in plan}
             if not run.kept and not run.problems:
                 errors.append(f"grading could not start: {exc}")
+        except Exception as exc:  # a bug the notebook found in the grader: it stays in this notebook's row
+            ungraded = {ex.id: f"not graded: the grader failed ({describe(exc)})" for ex in plan if ex.id not in graded}
+            errors.append(f"grading failed {run.where}: {describe(exc)}")
         finally:
             run.close()
     return assemble(sub, plan, graded, ungraded, run.problems, stop, errors, time.monotonic() - start)

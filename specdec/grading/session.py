@@ -8,6 +8,7 @@ kernel's stdout, whose last bytes are kept only to show what a dying kernel prin
 from __future__ import annotations
 
 import os
+import pwd
 import select
 import signal
 import subprocess
@@ -89,15 +90,68 @@ class OutputTail(threading.Thread):
         return self.tail.decode("utf-8", errors="replace")
 
 
-def kernel_env(home: str) -> dict[str, str]:
-    """This copy of specdec first, a non-GUI matplotlib, IPython's files in a temporary folder."""
-    env = dict(os.environ)
+# What of the grader's environment the kernel gets: what Python, the course's code (its model zoo, its
+# servers), numpy/torch and a GPU need; nothing else, so that no credential of the grader's reaches it.
+KERNEL_ENV = {"PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR", "PYTHONPATH",
+              "LD_LIBRARY_PATH"}
+KERNEL_ENV_PREFIXES = ("LC_", "SPECDEC_", "HF_", "TRANSFORMERS_", "TORCH", "CUDA_", "NVIDIA_", "SGLANG_", "OMP_",
+                       "MKL_", "OPENBLAS_", "XDG_")
+SECRET_WORDS = ("SECRET", "TOKEN", "KEY", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
+
+
+def kept_for_kernel(name: str) -> bool:
+    if any(word in name.upper() for word in SECRET_WORDS):
+        return False
+    return name in KERNEL_ENV or name.startswith(KERNEL_ENV_PREFIXES)
+
+
+def kernel_env(home: str, user: str | None = None) -> dict[str, str]:
+    """A minimal environment (no secret of the grader's), this copy of specdec first, a non-GUI matplotlib,
+    IPython's files in a temporary folder; under another user, that folder is its home too."""
+    env = {k: v for k, v in os.environ.items() if kept_for_kernel(k)}
+    if user:
+        env.update(HOME=home, USER=user, LOGNAME=user)
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     env["MPLBACKEND"] = "Agg"
     env["IPYTHONDIR"] = os.path.join(home, "ipython")
     env["PYTHONIOENCODING"] = "utf-8"  # a student's print of non-ASCII must not fail under LANG=C
     return env
+
+
+def as_user(user: str, home: str) -> dict[str, Any]:
+    """Popen's arguments that start the kernel as `user` (the grader must be root), and its home handed over."""
+    if os.geteuid() != 0:
+        raise OSError(f"--kernel-user {user} needs the grader to run as root")
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        raise OSError(f"--kernel-user {user}: no such user") from None
+    if entry.pw_uid == 0:
+        raise OSError(f"--kernel-user {user} is root: choose a user of its own, which cannot write the results")
+    os.chown(home, entry.pw_uid, entry.pw_gid)
+    return {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
+
+
+def end_strays() -> None:
+    """When the grader is PID 1 (a container or PID namespace of its own), kill every other process in it, then
+    reap them: run before the results are written, so that no process of a notebook's that left its kernel's
+    process group (setsid, a double fork) can rewrite them. Elsewhere it does nothing (kill(-1) would reach
+    every process of the user)."""
+    if os.getpid() != 1:
+        return
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    end = time.monotonic() + 5.0
+    while time.monotonic() < end:  # the killed are our children now (orphans go to PID 1): reap them
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if not pid:
+            time.sleep(0.01)
 
 
 def kill_group(pgid: int) -> None:
@@ -133,9 +187,10 @@ def exit_description(returncode: int) -> str:
 class Kernel:
     """One kernel process and its channel."""
 
-    def __init__(self, cwd: str, home: str, memory_bytes: int, budget: Budget):
+    def __init__(self, cwd: str, home: str, memory_bytes: int, budget: Budget, user: str | None = None):
         if _stopping.is_set():
             raise KernelGone("was not started: grading was interrupted")
+        switch = as_user(user, home) if user else {}  # another user cannot signal, trace or outwrite the grader
         self.budget = budget  # the notebook's total time limit
         self.deadline = budget.wall_deadline
         self.charged = 0.0  # of this kernel's CPU time, what the budget already counts
@@ -148,8 +203,8 @@ class Kernel:
             # -P: the notebook's folder goes on sys.path only after the kernel imported specdec
             self.proc = subprocess.Popen(
                 [sys.executable, "-P", "-m", KERNEL_MODULE, str(req_r), str(rep_w), str(memory_bytes)],
-                cwd=cwd, env=kernel_env(home), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, start_new_session=True, pass_fds=(req_r, rep_w))
+                cwd=cwd, env=kernel_env(home, user), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, start_new_session=True, pass_fds=(req_r, rep_w), **switch)
         finally:
             os.close(req_r)
             os.close(rep_w)
@@ -304,10 +359,10 @@ class KernelCaller:
     def __init__(self, kernel: Kernel, seconds: float):
         self.kernel, self.seconds = kernel, seconds
 
-    def call(self, name: str, cases: list[tuple], stand_ins: dict[str, str]) -> Reply:
+    def call(self, name: str, cases: list[tuple], stand_ins: dict[str, str], watch: list[str] = ()) -> Reply:
         enc = Encoder()
         trees = [enc.encode(tuple(args)) for args in cases]
-        header = {"op": "call", "name": name, "cases": trees, "stand_ins": stand_ins}
+        header = {"op": "call", "name": name, "cases": trees, "stand_ins": stand_ins, "watch": list(watch)}
         try:
             msg, buffers = self.kernel.request(header, enc.buffers, self.seconds)
             self.kernel.spent(isinstance(msg.get("stopped"), str) and msg["stopped"].startswith("timed out"))
@@ -343,4 +398,5 @@ def reply_of(msg: dict[str, Any], buffers: list[bytes]) -> Reply:
             raise BadMessage("a malformed outcome")
     bound = [b for b in msg["bound"] if text(b)]
     return Reply(outcomes=outcomes, bound=bound, missing=msg["missing"] is True,
-                 not_callable=text(msg["not_callable"]), stopped=text(msg["stopped"]))
+                 not_callable=text(msg["not_callable"]), stopped=text(msg["stopped"]),
+                 reference_called=msg.get("reference_called") is True)  # only ever lowers a score
