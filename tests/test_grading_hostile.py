@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from test_grading import POINTS, REPO, fixture_env, run_cli, scores, write_notebook
 
-from specdec.grading import exercises_for_lab, registry, session
+from specdec.grading import exercises_for_lab, registry, runner, session
 from specdec.grading.calls import LocalCaller
 from specdec.grading.codec import BadMessage, Decoder
 from specdec.grading.tampering import calls_reference
@@ -115,7 +115,7 @@ def test_the_graders_own_kills_and_many_deaths_keep_what_was_answered(tmp_path):
     memory_entry, kills_entry = json.loads((tmp_path / "r.json").read_text())
     assert scores(memory_entry) == POINTS, memory_entry
     assert scores(kills_entry) == POINTS, kills_entry
-    assert "not run: the notebook's code had killed its kernel 8 times" in kills_entry["output"]
+    assert f"not run: the notebook's code had killed its kernel {runner.MAX_DEATHS} times" in kills_entry["output"]
 
 
 def test_a_stand_in_accepts_what_the_stub_allows():
@@ -321,3 +321,20 @@ def test_a_kernel_user_gets_its_own_home_and_cannot_be_root(monkeypatch, tmp_pat
         assert chowned == [(str(tmp_path / "home"), nobody.pw_uid, nobody.pw_gid)]
         with pytest.raises(OSError, match="is root"):
             session.Kernel(str(tmp_path), str(tmp_path / "home"), 0, session.Budget(10), user="root")
+
+
+def test_a_cell_killed_by_an_earlier_cells_timer_is_not_blamed(tmp_path):
+    """q1's cell starts a timer that kills the kernel a second later (once: a file remembers it), while q2's
+    innocent cell sleeps. Blamed, q2's cell was dropped (mean undefined: 0 points); run again in a fresh
+    kernel it runs without harm and is kept."""
+    marker = tmp_path / "fired"
+    timer = (f"import os, signal, threading\nif not os.path.exists({str(marker)!r}):\n"
+             f"    open({str(marker)!r}, 'w').close()\n"
+             "    threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGKILL)).start()\n")
+    nb = write_notebook(tmp_path / "timer.ipynb", q1=timer + "def add(a, b):\n    return a + b",
+                        q2="import time\ntime.sleep(4)\ndef mean(xs):\n    return sum(xs) / len(xs)")
+    status, out, err = run_cli("grade", str(nb), "--json", str(tmp_path / "r.json"))
+    assert status == 0, err
+    entry = json.loads((tmp_path / "r.json").read_text())
+    assert scores(entry) == POINTS, entry
+    assert "in a fresh kernel it ran without harm, so it was kept" in entry["output"], entry["output"]

@@ -12,7 +12,7 @@ import hashlib
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from specdec.grading.calls import describe, wrapper_note
 from specdec.grading.registry import CheckResult, exercises_for_lab
@@ -22,7 +22,8 @@ from specdec.grading.session import Budget, Kernel, KernelCaller, KernelGone, Ou
 from specdec.grading.submission import Cell, Submission, SubmissionError, load_submission
 from specdec.grading.tampering import calls_reference, reaches_into_grader
 
-MAX_DEATHS = 8  # kernels a notebook's cells may kill before no further cell runs (the grader's kills do not count)
+MAX_DEATHS = 12  # kernels a notebook's code may kill before no further cell runs (the grader's kills do not count; a
+# cell or check that kills its kernel kills it twice: it runs again once in a fresh kernel, in case it was not to blame)
 RERUN = "a fresh kernel ran the cells before it again and went on after it"
 
 __all__ = ["end_strays", "grade_notebook", "grade_submission", "read", "stop_all"]
@@ -111,8 +112,9 @@ class NotebookRun:
                 problem = self.kernel.run_cell(cell.source, self.limits.cell_timeout)
             except KernelGone as exc:
                 self.kernel = None
-                self.died(cell, f"the kernel {exc}")
-                continue
+                problem = self.again(cell, exc)
+                if problem is False:
+                    continue
             if problem and problem["kind"] == "memory":  # the kernel is full: start afresh without it
                 self.kernel.kill()  # the grader's own kill: not a death of the notebook's making
                 self.kernel = None
@@ -123,10 +125,37 @@ class NotebookRun:
                 self.problem(cell, problem["message"])
             self.kept.append(cell)
 
+    def again(self, cell: Cell, exc: KernelGone) -> dict | None | Literal[False]:
+        """The kernel died while `cell` ran. Was it the cell? A fresh kernel (the kept cells run again) runs
+        it once more: a cell that runs there was not to blame (a thread or a timer an earlier cell started
+        may have killed the kernel), and is kept. Its problem (None if none), or False if it killed again."""
+        self.deaths += 1
+        if self.deaths >= MAX_DEATHS:
+            self.problem(cell, f"the kernel {exc}; {RERUN}")
+            return False
+        self.kernel = self.start()
+        try:
+            problem = self.kernel.run_cell(cell.source, self.limits.cell_timeout)
+        except KernelGone:
+            self.kernel = None
+            self.died(cell, f"the kernel {exc} (and again when this cell ran in a fresh kernel)")
+            return False
+        first = str(exc).splitlines()[0]
+        self.problem(cell, f"the kernel {first} while this cell ran, but in a fresh kernel it ran without harm, so "
+                           "it was kept (did something an earlier cell started, a thread or a timer, kill the kernel?)")
+        return problem
+
     def check(self, ex: Any, seed: int) -> CheckResult:
         if self.kernel is None:
             self.kernel = self.start()
         res = ex.grade(KernelCaller(self.kernel, self.limits.check_timeout), seed)
+        if not self.kernel.alive and self.deaths + 1 < MAX_DEATHS:  # the function, or a stray thread? once more
+            self.deaths += 1
+            self.kernel = self.start()
+            again = ex.grade(KernelCaller(self.kernel, self.limits.check_timeout), seed)
+            if self.kernel.alive:
+                res = CheckResult(again.score, again.message + " [the kernel died during a first check of this "
+                                  "exercise; this is the check in a fresh kernel]")
         if res.score > 0 and (how := calls_reference([c.source for c in self.sub.code_cells], ex.reads, ex.references())):
             res = CheckResult(0.0, wrapper_note(ex.reads, how))
         if not self.kernel.alive:  # the student's function killed it: the next check needs a fresh one
