@@ -127,7 +127,9 @@ def test_lab3_checks_include_the_real_answers_and_catch_the_prefill_slip():
     for seed in range(3):
         assert run_check(get_exercise("lab3.q1"), right, seed=seed).score == 1.0
         res = run_check(get_exercise("lab3.q1"), slip, seed=seed)
-        assert res.score == pytest.approx(1 / 13)  # 13 cases, 3 of them real: only the plain answer's None is right
+        # 13 cases, 3 of them real: it is wrong on every one with counters, and the None without counters, right
+        # whatever the formula, earns nothing alone
+        assert res.score == 0.0 and "first token came from the prefill" in res.message
 
 
 def test_chat_with_the_zoos_template_matches_specdec_serve():
