@@ -19,17 +19,6 @@ ROOM_CSV=$OUT/room.csv STATE=$OUT/room.json
 T0=$(date +%s)
 stamp() { echo "== [$(( $(date +%s) - T0 )) s] $*"; }
 
-sglang_left() {  # the server (argv element "sglang.launch_server") and its "sglang::..." processes
-  python3 -c "
-import os
-for pid in filter(str.isdigit, os.listdir('/proc')):
-    try:
-        argv = open(f'/proc/{pid}/cmdline', 'rb').read().split(b'\0')
-    except OSError:
-        continue
-    if b'sglang.launch_server' in argv or argv[0].startswith(b'sglang::'):
-        print(pid, b' '.join(argv)[:120].decode(errors='replace'))"
-}
 
 main() {
   stamp "node"
@@ -77,7 +66,7 @@ PY
   wait $ROOM; echo "room exit status $?"
   tail -n 3 "$OUT/room.out"
   sleep 2
-  left=$(sglang_left)
+  left=$(python3 "$(dirname "$0")/sglang_left.py")
   if [ -z "$left" ]; then echo "no SGLang process left"; else echo "LEFT RUNNING:"; echo "$left"; fi
   [ -e "$STATE" ] && echo "STATE FILE LEFT: $STATE" || echo "state file removed"
   nvidia-smi --query-gpu=memory.used,memory.free --format=csv

@@ -89,17 +89,7 @@ EOF
   tail -n 3 "$OUT/room.out"
   stamp "stopped"
   sleep 2
-  # the server (an argv element exactly "sglang.launch_server") and its scheduler/detokenizer ("sglang::..." titles);
-  # a plain pgrep -f would also match any shell whose command line merely mentions them
-  left=$(python3 -c "
-import os
-for pid in filter(str.isdigit, os.listdir('/proc')):
-    try:
-        argv = open(f'/proc/{pid}/cmdline', 'rb').read().split(b'\0')
-    except OSError:
-        continue
-    if b'sglang.launch_server' in argv or argv[0].startswith(b'sglang::'):
-        print(pid, b' '.join(argv)[:120].decode(errors='replace'))")
+  left=$(python3 "$(dirname "$0")/sglang_left.py")
   if [ -z "$left" ]; then echo "no SGLang process left"; else echo "LEFT RUNNING:"; echo "$left"; fi
   [ -e "$STATE" ] && echo "STATE FILE LEFT: $STATE" || echo "state file removed"
   nvidia-smi --query-gpu=memory.used,memory.free --format=csv
