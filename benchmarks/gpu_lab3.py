@@ -355,9 +355,8 @@ def part_where(out: Path, concurrency: tuple[int, ...], accept_lengths: tuple[fl
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
 
 
-def part_tp2(out: Path, concurrency: tuple[int, ...], accept_length: float = 2.5) -> None:
-    """The 8B shape on one GPU and under --tp-size 2: the one-GPU servers first, side by side (one per GPU),
-    then the two-GPU ones; each measured alone."""
+def tp2_waves(concurrency: tuple[int, ...], accept_length: float = 2.5) -> list[dict]:
+    """The 8B shape on one GPU (plain on GPU 0, EAGLE on GPU 1, started together), then under --tp-size 2."""
     root = Path("/tmp/specdec-shapes")
     m8, e8 = model_dir("8b", root), model_dir("8b-eagle", root)
     common = dict(backend="sglang", attention_backend="triton", cuda_graph_max_bs=max(concurrency), load_format="dummy",
@@ -365,12 +364,17 @@ def part_tp2(out: Path, concurrency: tuple[int, ...], accept_length: float = 2.5
                   extra_args=("--max-total-tokens", "65536"))
     rec = {"SGLANG_RECORD_STEP_TIME": "1"}
     sim = {**rec, "SGLANG_SIMULATE_ACC_LEN": str(accept_length)}
-    waves = [
+    return [
         {"plain8b_tp1": (LaunchConfig(m8, **common), {**rec, "CUDA_VISIBLE_DEVICES": "0"}),
          "eagle8b_tp1": (LaunchConfig(m8, "EAGLE", draft=e8, **CHAIN, **common), {**sim, "CUDA_VISIBLE_DEVICES": "1"})},
         {"plain8b_tp2": (LaunchConfig(m8, tp=2, **common), rec)},
         {"eagle8b_tp2": (LaunchConfig(m8, "EAGLE", draft=e8, tp=2, **CHAIN, **common), sim)},
     ]
+
+
+def part_tp2(out: Path, concurrency: tuple[int, ...]) -> None:
+    """The 8B shape on one GPU and under --tp-size 2 (tp2_waves), each server measured alone."""
+    waves = tp2_waves(concurrency)
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     summary: dict = {"commands": {}, "startup_s": {}, "errors": {}, "tpot_512": {}, "accept_length": {}}

@@ -4,6 +4,7 @@ rehearsed through `specdec serve` (LAUNCH_BACKEND=specdec, a stand-in nvidia-smi
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -83,3 +84,23 @@ def test_the_case_loop_rehearsed_on_a_cpu(tmp_path):
     assert "SIGTERM -> exit 0; no process left; GPU memory back" in line, line
     assert "1/1 cases started with the default command and stopped cleanly" in r.stdout
     assert "specdec launch: stopped" in (tmp_path / "out" / "gpu_launch_defaults.log").read_text()
+
+
+def test_the_two_gpu_script_renders_tp_2_beside_one_gpu():
+    """benchmarks/gpu_lab3.py tp2 (issue 19, section 5: run on nvidia-h200-x2 when it is lent): the one-GPU
+    servers each on a GPU of their own, the two-GPU ones under --tp-size 2, the same flags otherwise."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import gpu_lab3
+
+    waves = gpu_lab3.tp2_waves((1, 4, 16, 64))
+    servers = {name: (cfg.command(), env) for wave in waves for name, (cfg, env) in wave.items()}
+    assert set(servers) == {"plain8b_tp1", "eagle8b_tp1", "plain8b_tp2", "eagle8b_tp2"}
+    for name, (cmd, env) in servers.items():
+        line = " ".join(cmd)
+        assert ("--tp-size 2" in line) == name.endswith("tp2"), line
+        assert ("CUDA_VISIBLE_DEVICES" in env) == name.endswith("tp1")
+        assert ("--speculative-algorithm EAGLE" in line) == name.startswith("eagle"), line
+        assert "--load-format dummy" in line and re.search(r"--cuda-graph-max-bs(-decode)? 64", line), line
+    assert servers["plain8b_tp1"][1]["CUDA_VISIBLE_DEVICES"] != servers["eagle8b_tp1"][1]["CUDA_VISIBLE_DEVICES"]
