@@ -15,7 +15,7 @@ from notebook_tools import untouched_lab as lab_of
 ROOT = Path(__file__).resolve().parents[1]
 LECTURE = ROOT / "notebooks" / "01_simulated_loop.ipynb"
 SOLUTION = ROOT / "solutions" / "01_simulated_loop.ipynb"
-BUDGET_S = 120  # the course's limit per Lab 1 notebook on 2 CPU cores
+BUDGET_S = 120  # the course's limit per Lab 1 notebook, in CPU seconds (a loaded machine does not change them)
 GUESS = re.compile(r"^(my_guess_\w+) = None", re.MULTILINE)  # a predict-first cell: the student sets it
 # a measured result typed into prose: a percentage or a speedup such as "12.36x"
 TYPED_RESULT = re.compile(r"\d+(\.\d+)?\s?%|\d+(\.\d+)?x\b")

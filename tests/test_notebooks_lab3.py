@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LECTURE = ROOT / "notebooks" / "03_sglang_live.ipynb"
 SOLUTION = ROOT / "solutions" / "03_sglang_live.ipynb"
 LAB = ROOT / "labs" / "03_sglang_live.ipynb"  # generated from SOLUTION by `specdec labs`
-BUDGET_S = 240  # the course's limit per Lab 3 notebook on 2 CPU cores
+BUDGET_S = 240  # the course's limit per Lab 3 notebook, in CPU seconds (its processes' and its servers')
 EXERCISES = [f"lab3.q{i}" for i in range(1, 8)]
 
 
