@@ -1,3 +1,68 @@
-"""specdec: an open course on speculative decoding and multi-token prediction."""
+"""specdec: an open course on speculative decoding and multi-token prediction.
+
+Every name the notebooks use comes from here: `from specdec import Engine, KVCache, greedy_accept`.
+Each is imported when first asked for, so `import specdec` stays light (no torch for Lab 1, no
+server for Lab 2); where it lives is in `_WHERE`, by lab.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
+
+_WHERE: dict[str, str] = {
+    # Lab 1: the draft/verify loop, simulated (numpy): modules of formulas, Monte Carlo and the verify rules
+    "formulas": "specdec.sim:formulas",
+    "montecarlo": "specdec.sim:montecarlo",
+    "verify": "specdec.sim:verify",
+    "chi_square_test": "specdec.sim.stats:chi_square_test",
+    # Lab 2: the decoder (torch)
+    "Engine": "specdec.decoder.engine:Engine",
+    "SamplingParams": "specdec.decoder.engine:SamplingParams",
+    "make_proposer": "specdec.decoder.engine:make_proposer",
+    "KVCache": "specdec.decoder.kv_cache:KVCache",
+    "Proposer": "specdec.decoder.proposers:Proposer",
+    "OracleProposer": "specdec.decoder.proposers:OracleProposer",
+    "accept": "specdec.decoder.verify:accept",
+    "greedy_accept": "specdec.decoder.verify:greedy_accept",
+    "GraphedStep": "specdec.decoder.cuda_graphs:GraphedStep",
+    "EmulatedGraph": "specdec.decoder.cuda_graphs:EmulatedGraph",
+    "memory_bound_run": "specdec.decoder.roofline:memory_bound_run",
+    "oracle_run": "specdec.decoder.roofline:oracle_run",
+    "load_bundle": "specdec.zoo:load_bundle",
+    "build_corpus": "specdec.zoo.corpus:build_corpus",
+    # Lab 3: live servers, measured
+    "records": "specdec.serving:records",
+    "SweepConfig": "specdec.serving.bench:SweepConfig",
+    "run_sweep": "specdec.serving.bench:run_sweep",
+    "compare": "specdec.serving.compare:compare",
+    "format_comparison": "specdec.serving.compare:format_comparison",
+    "LaunchConfig": "specdec.serving.launch:LaunchConfig",
+    "LaunchConfigError": "specdec.serving.launch:LaunchConfigError",
+    "detect_backend": "specdec.serving.launch:detect_backend",
+    "lab_servers": "specdec.serving.room:lab_servers",
+    "pid_alive": "specdec.serving.lifecycle:pid_alive",
+    "zoo_parts": "specdec.zoo:zoo_parts",
+    # every lab: the exercises
+    "check": "specdec.grading:check",
+    "exercises_for_lab": "specdec.grading:exercises_for_lab",
+}
+
+__all__ = ["__version__", *_WHERE]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'specdec' has no attribute {name!r}")
+    module, attr = _WHERE[name].split(":")
+    found = importlib.import_module(module)
+    # a module of a package (specdec.sim's formulas) is an attribute only once it has been imported
+    value = getattr(found, attr) if hasattr(found, attr) else importlib.import_module(f"{module}.{attr}")
+    globals()[name] = value  # once: the next lookup does not come here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))
