@@ -121,3 +121,16 @@ def test_seeded_rows_sample_the_same_tokens_whatever_runs_beside_them(tiny_bundl
     while b.running:
         got += [t for u in b.step() if u.slot == beside.slot for t in u.tokens]
     assert got == alone
+
+
+def test_the_step_readout_is_read_by_name():
+    """readout packs a step into one tensor (one copy to the host); to_host gives each row its fields by name."""
+    import torch
+
+    from specdec.decoder.step import RowStep, to_host
+
+    # 2 rows, W = 3 (k = 2): row 0 kept 2 tokens with 1 draft accepted; row 1 finished, kept nothing
+    packed = torch.tensor([[2, 1, 0, 11, 12, 13, 11, 99], [0, -1, 1, 0, 0, 0, 0, 0]])
+    rows = to_host(packed, width=3)
+    assert rows[0] == RowStep(count=2, accepted=1, done=False, emitted=[11, 12, 13], drafts=[11, 99])
+    assert rows[0].tokens == [11, 12] and rows[1].tokens == [] and rows[1].done is True

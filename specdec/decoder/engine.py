@@ -27,7 +27,7 @@ from specdec.decoder.proposers import (
     NgramProposer,
     Proposer,
 )
-from specdec.decoder.step import Rows, commit, plain_step, readout, verify
+from specdec.decoder.step import Rows, commit, plain_step, readout, to_host, verify
 from specdec.decoder.verify import sample
 from specdec.sim.stats import AcceptanceStats
 
@@ -293,31 +293,31 @@ class Engine:
             self.proposer.accepted(rows, hidden, count)
         sync()
         t2 = time.perf_counter()
-        host = host.tolist()  # the one sync of a step: what the host needs to know
-        W = 1 if self.proposer is None else k + 1
+        steps = to_host(host, 1 if self.proposer is None else k + 1)  # the one sync of a step: what the host needs
         updates = []
         for slot in list(self.params):
-            n, acc, done, toks, guessed = *host[slot][:3], host[slot][3:3 + W], host[slot][3 + W:]
+            row = steps[slot]
             # drafts count as proposed up to the row's budget: past it they could never be emitted
             left = self.params[slot].max_new_tokens - self.emitted[slot]
             proposed = 0 if self.proposer is None else min(k, left - 1)
-            updates.append(self._report(slot, toks[:n], min(acc, proposed) if acc >= 0 else -1, proposed, bool(done),
-                                        guessed if self.proposer is not None else None))
+            accepted = min(row.accepted, proposed) if row.accepted >= 0 else -1
+            updates.append(self._report(slot, row.tokens, accepted, proposed, row.done,
+                                        row.drafts if self.proposer is not None else None))
         self.times["draft"] += t1 - t0
         self.times["verify"] += t2 - t1
         self.times["host"] += time.perf_counter() - t2
         return updates
 
     def _plain(self, cache: KVCache, rows: Rows, u: torch.Tensor | None) -> torch.Tensor:
-        """A plain step and its readout (accept_length -1: nothing was proposed)."""
+        """A plain step and its readout (accepted -1: nothing was proposed)."""
         emitted, count = plain_step(self.target, cache, rows, u)
         return readout(rows, count, torch.full_like(count, -1), emitted, emitted[:, :0])
 
     def _verify(self, cache: KVCache, rows: Rows, drafts: torch.Tensor, q: torch.Tensor | None,
                 u: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """A verify step: its readout, and the count and hidden states the proposer learns from."""
-        emitted, count, accept_length, hidden = verify(self.target, cache, rows, drafts, q, u)
-        return readout(rows, count, accept_length, emitted, drafts), count, hidden
+        emitted, count, accepted, hidden = verify(self.target, cache, rows, drafts, q, u)
+        return readout(rows, count, accepted, emitted, drafts), count, hidden
 
     # -- a whole batch, start to finish ----------------------------------------------------------
     def generate(self, prompts: list[list[int]], max_new_tokens: int = 64, temperature: float = 0.0,

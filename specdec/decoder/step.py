@@ -12,6 +12,7 @@ Shapes: B rows, k drafts, S token slots, E stop ids, V vocabulary, H hidden.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import NamedTuple
 
 import torch
 
@@ -83,11 +84,32 @@ def commit(rows: Rows, cache: KVCache, emitted: torch.Tensor, n_emitted: torch.T
     return count
 
 
-def readout(rows: Rows, count: torch.Tensor, accept_length: torch.Tensor, emitted: torch.Tensor,
+def readout(rows: Rows, count: torch.Tensor, accepted: torch.Tensor, emitted: torch.Tensor,
             drafts: torch.Tensor) -> torch.Tensor:
-    """What the host learns from a step, in one tensor [B, 3 + W + k]: count, accept_length, done, the
-    emitted [B, W] and the drafts [B, k]. Built inside the step, so the step's one sync is one copy."""
-    return torch.cat([count.unsqueeze(1), accept_length.unsqueeze(1), rows.done.long().unsqueeze(1), emitted, drafts], 1)
+    """What the host learns from a step, packed in one tensor [B, 3 + W + k]: count, accepted, done, the
+    emitted [B, W] and the drafts [B, k]. Built inside the step (and its CUDA graph), so that the step's
+    one sync is one copy; `to_host` unpacks it, by name."""
+    return torch.cat([count.unsqueeze(1), accepted.unsqueeze(1), rows.done.long().unsqueeze(1), emitted, drafts], 1)
+
+
+class RowStep(NamedTuple):
+    """One row's step, as the host reads it."""
+
+    count: int  # tokens kept: the first `count` of `emitted` (0 for a finished or free row)
+    accepted: int  # drafts the target agreed with, 0..k (tau = accepted + 1); -1 when nothing was proposed
+    done: bool  # the row finished (a stop id, or its budget)
+    emitted: list[int]  # [W]: the accepted drafts, then the target's own token
+    drafts: list[int]  # [k]: what the proposer guessed (empty for a plain step)
+
+    @property
+    def tokens(self) -> list[int]:
+        """The tokens this step added to the row."""
+        return self.emitted[: self.count]
+
+
+def to_host(packed: torch.Tensor, width: int) -> list[RowStep]:
+    """The step's one sync: readout's tensor [B, 3 + W + k] copied to the host, one RowStep per row."""
+    return [RowStep(r[0], r[1], bool(r[2]), r[3 : 3 + width], r[3 + width :]) for r in packed.tolist()]
 
 
 def plain_step(target, cache: KVCache, rows: Rows, u: torch.Tensor | None):
