@@ -9,7 +9,8 @@ import os
 import torch
 
 from specdec.cli.common import UsageError, add_threads, busy_warning, machine, threads
-from specdec.decoder.engine import METHODS, Engine
+from specdec.decoder.engine import Engine
+from specdec.decoder.methods import METHODS
 from specdec.zoo import ModelNotFound, load_bundle
 
 DEFAULT_PROMPT = "import os\nimport sys\n\n\ndef main(argv):\n"
@@ -53,7 +54,7 @@ def main(args) -> int:
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise UsageError("--device cuda but no CUDA device is visible; use --device cpu")
     dtype = getattr(torch, args.dtype or ("bfloat16" if device.startswith("cuda") else "float32"))
-    parts = {"mtp": ("mtp",), "heads": ("heads",), "eagle": ("eagle",), "draft": ("draft",)}.get(args.method, ())
+    parts = tuple(p for p in (METHODS[args.method].part,) if p)
     texts = args.prompt or [DEFAULT_PROMPT]
     methods = (args.method, "ar") if args.compare and args.method != "ar" else (args.method,)
     try:

@@ -10,20 +10,18 @@ import torch
 
 from specdec.cli.common import UsageError, add_threads, threads
 from specdec.decoder.engine import Engine
+from specdec.decoder.methods import METHODS, SPELLINGS, method_named
 from specdec.serving.scheduler import Scheduler
 from specdec.serving.server import ServerArgs, bind, describe, run, warm_up
 from specdec.zoo import ModelNotFound, load_bundle
 
-# SGLang's names for the algorithms this server runs too (NEXTN is the target's own MTP layer).
-SGLANG_NAMES = {"none": "ar", "nextn": "mtp", "mtp": "mtp", "eagle": "eagle", "standalone": "draft", "draft": "draft",
-                "ngram": "ngram", "heads": "heads"}
-PARTS = {"mtp": ("mtp",), "eagle": ("eagle",), "draft": ("draft",), "heads": ("heads",)}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", "--model-path", dest="model", default="tiny",
                    help="zoo name, local Hugging Face directory, or hub id (online)")
-    p.add_argument("--speculative-algorithm", default="none", type=str.lower, choices=sorted(SGLANG_NAMES),
+    algorithms = sorted(set(SPELLINGS) - {"ar", "plain"})  # SGLang's names, and the course's for the proposers
+    p.add_argument("--speculative-algorithm", default="none", type=str.lower, choices=algorithms,
                    help="none, mtp (NEXTN: the target's MTP layer), eagle, draft (STANDALONE), ngram, heads")
     p.add_argument("--k", "--speculative-num-steps", dest="k", type=int, default=4, help="drafts per step")
     p.add_argument("--draft", "--speculative-draft-model-path", dest="draft", default=None,
@@ -48,7 +46,7 @@ def main(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
-    method = SGLANG_NAMES[args.speculative_algorithm]
+    method = method_named(args.speculative_algorithm).name
     for flag, value in (("--k", args.k), ("--max-running-requests", args.max_running_requests)):
         if value < 1:
             raise UsageError(f"{flag} must be >= 1, got {value}")
@@ -60,7 +58,7 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError("--device cuda but no CUDA device is visible; use --device cpu")
     dtype = getattr(torch, args.dtype or ("bfloat16" if device.startswith("cuda") else "float32"))
     try:
-        bundle = load_bundle(args.model, PARTS.get(method, ()), device=device, dtype=dtype,
+        bundle = load_bundle(args.model, tuple(p for p in (METHODS[method].part,) if p), device=device, dtype=dtype,
                              draft=args.draft if method == "draft" else None,
                              eagle=args.draft if method == "eagle" else None)
         engine = Engine(bundle, method, k=args.k, max_batch=args.max_running_requests, max_len=args.context_length,

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from specdec.cli.common import busy_warning, machine
-from specdec.decoder.engine import METHODS as LABELS
+from specdec.decoder.methods import LABELS
 from specdec.decoder.engine import Engine
 from specdec.decoder.roofline import StepCosts, memory_bound_run, read_floor
 from specdec.zoo import load_bundle

@@ -18,9 +18,9 @@ from specdec.decoder.checkpoint import (
     load_transformer,
 )
 from specdec.decoder.draft_modules import EagleHead, MTPHeads, MTPLayer
+from specdec.decoder.methods import PARTS
 from specdec.decoder.model import Transformer
 
-PARTS = ("mtp", "heads", "eagle", "draft")
 
 
 class ModelNotFound(Exception):

@@ -20,6 +20,7 @@ import torch
 
 from specdec.decoder.cuda_graphs import Graphs, graph_mode, say_eager_once
 from specdec.decoder.kv_cache import KVCache
+from specdec.decoder.methods import METHODS
 from specdec.decoder.proposers import (
     DraftModelProposer,
     FeatureDraftProposer,
@@ -31,18 +32,15 @@ from specdec.decoder.step import Rows, commit, plain_step, readout, to_host, ver
 from specdec.decoder.verify import sample
 from specdec.sim.stats import AcceptanceStats
 
-# Every decoding method, with the name the labs give it.
-METHODS = {"ar": "plain", "mtp": "MTP layer", "heads": "MTP heads", "draft": "draft model", "eagle": "EAGLE head",
-           "ngram": "n-gram"}
 
 
 def make_proposer(method: str, bundle) -> Proposer | None:
     """The bundle's proposer for `method` (None for plain decoding)."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
-    part = method if method in ("mtp", "eagle", "heads", "draft") else None  # the bundle's attribute of that name
+    part = METHODS[method].part  # the bundle's attribute of that name
     if part and getattr(bundle, part) is None:
-        raise ValueError(f"{bundle.name} has no {METHODS[method]} (method {method!r})")
+        raise ValueError(f"{bundle.name} has no {METHODS[method].label} (method {method!r})")
     if method in ("mtp", "eagle"):
         return FeatureDraftProposer(getattr(bundle, part), bundle.target, method)
     if method == "heads":

@@ -16,14 +16,14 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from specdec.decoder.methods import METHODS, SPELLINGS
 from specdec.serving.gpu import MIN_KV_TOKENS, read_config, server_needs, size
 
 ALGORITHMS = ("none", "EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "HEADS")
-# Lower-case spellings a student may use (the course's names and specdec serve's) -> SGLang's.
-ALIASES = {"none": "none", "plain": "none", "ar": "none", "mtp": "NEXTN", "eagle": "EAGLE", "eagle3": "EAGLE3",
-           "nextn": "NEXTN", "draft": "STANDALONE", "standalone": "STANDALONE", "ngram": "NGRAM", "heads": "HEADS"}
-SPECDEC_NAMES = {"none": "none", "NEXTN": "mtp", "EAGLE": "eagle", "STANDALONE": "draft", "NGRAM": "ngram",
-                 "HEADS": "heads"}
+# Lower-case spellings a student may use (the course's names and specdec serve's) -> SGLang's; EAGLE3 is SGLang's only.
+ALIASES = {**{spelling: METHODS[name].sglang for spelling, name in SPELLINGS.items()}, "eagle3": "EAGLE3"}
+# SGLang's name -> specdec serve's --speculative-algorithm
+SPECDEC_NAMES = {m.sglang: "none" if m.sglang == "none" else m.name for m in METHODS.values()}
 NEEDS_DRAFT = {"EAGLE", "EAGLE3", "STANDALONE"}
 # Chain/tree drafters that take the three numbers (num_steps, topk, num_draft_tokens).
 TREE_DRAFTERS = {"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "HEADS"}

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from specdec.decoder.bundle import ModelNotFound, load_bundle
-from specdec.decoder.engine import METHODS as ALL_METHODS
+from specdec.decoder.methods import METHODS as ALL_METHODS
 from specdec.decoder.engine import Engine
 from specdec.zoo import report
 from specdec.zoo.corpus import CATEGORIES, build_corpus

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from specdec.decoder.engine import METHODS as LABELS
+from specdec.decoder.methods import LABELS
 from specdec.zoo.corpus import CATEGORIES
 from specdec.zoo.registry import PACKAGE_DIR, read_meta
 
