@@ -184,3 +184,20 @@ def test_summary_is_json_without_text():
     s = rec.summary()
     json.dumps(s)
     assert s["spec_verify_ct"] == 50 and s["accept_length"] == pytest.approx(127 / 50) and "text" not in s
+
+
+def test_one_token_weighted_accept_length_for_records_runs_and_metas():
+    """records.pooled_accept_length is the one rule: a request of 11 tokens over 2 steps and one of 31 over 5
+    give (10 + 30) / 7, not the mean of 5.0 and 6.0; parts without verify steps are left out."""
+    from specdec.grading.lab3 import reference_overall_accept_length
+    from specdec.serving.compare import accept_length_of
+    from specdec.serving.records import pooled_accept_length
+
+    assert pooled_accept_length([(11, 1, 2), (31, 1, 5), (9, 1, 0)]) == pytest.approx(40 / 7)
+    assert pooled_accept_length([(9, 1, None)]) is None
+    metas = [{"completion_tokens": 11, "spec_verify_ct": 2}, {"completion_tokens": 31, "spec_verify_ct": 5},
+             {"completion_tokens": 9}]
+    assert reference_overall_accept_length(metas) == pytest.approx(40 / 7)
+    runs = [{"spec_completion_tokens": 42, "spec_requests": 2, "spec_verify_ct": 7},
+            {"spec_completion_tokens": 9, "spec_requests": 1, "spec_verify_ct": None}]
+    assert accept_length_of(runs) == pytest.approx(40 / 7)

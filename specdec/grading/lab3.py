@@ -102,10 +102,7 @@ Q1 = Exercise(
 
 
 def reference_overall_accept_length(metas: list[dict]) -> float | None:
-    spec = [m for m in metas if m.get("spec_verify_ct")]
-    if not spec:
-        return None
-    return sum(m["completion_tokens"] - 1 for m in spec) / sum(m["spec_verify_ct"] for m in spec)
+    return records.pooled_accept_length((m["completion_tokens"], 1, m.get("spec_verify_ct")) for m in metas)
 
 
 def many_meta_cases(rng: np.random.Generator) -> list[Case]:

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from specdec.serving.bench import bootstrap_tok_s, interval
+from specdec.serving.records import pooled_accept_length
 from specdec.sim.formulas import speedup_from_costs
 
 ALL = "all"  # every category together: total tokens over total wall time
@@ -46,10 +47,8 @@ def _pooled(runs: list[dict]) -> dict:
 
 
 def accept_length_of(runs: list[dict]) -> float | None:
-    """Token-weighted over several runs: sum(completion_tokens - 1) / sum(spec_verify_ct)."""
-    verify = sum(r["spec_verify_ct"] or 0 for r in runs)
-    tokens = sum(r["spec_completion_tokens"] - r["spec_requests"] for r in runs if r["spec_verify_ct"])
-    return tokens / verify if verify else None
+    """Token-weighted over several runs (records.pooled_accept_length)."""
+    return pooled_accept_length((r["spec_completion_tokens"], r["spec_requests"], r["spec_verify_ct"]) for r in runs)
 
 
 def _samples(run: dict, seed_text: str) -> np.ndarray | None:

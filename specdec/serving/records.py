@@ -32,6 +32,19 @@ def accept_length(completion_tokens: int, verify_ct: int) -> float:
     return (completion_tokens - 1) / verify_ct
 
 
+def pooled_accept_length(parts: Iterable[tuple[int, int, int]]) -> float | None:
+    """Tokens per verify step across requests, weighted by tokens (not the mean of per-request values):
+    parts are (completion_tokens, requests, spec_verify_ct), one per request or per run of requests;
+    sum(completion_tokens - requests) / sum(spec_verify_ct). Parts without verify steps are left out;
+    None if none has any."""
+    tokens = verify = 0
+    for completion_tokens, requests, verify_ct in parts:
+        if verify_ct:
+            tokens += completion_tokens - requests  # each request's first token came from its prefill
+            verify += verify_ct
+    return tokens / verify if verify else None
+
+
 def accept_length_sglang(completion_tokens: int, verify_ct: int) -> float:
     """SGLang's spec_accept_length: completion_tokens / spec_verify_ct (counts the prefill token too)."""
     if verify_ct <= 0:
@@ -240,7 +253,8 @@ def aggregate_acceptance(records: Iterable[RequestRecord]) -> dict:
         width = max(map(len, hists))
         by_pos = acceptance_by_position([sum(h[i] for h in hists if i < len(h)) for i in range(width)])
     return {"requests": len(recs), "completion_tokens": tokens, "spec_verify_ct": ct,
-            "accept_length": (tokens - len(recs)) / ct, "accept_length_sglang": tokens / ct,
+            "accept_length": pooled_accept_length((r.completion_tokens, 1, r.spec.verify_ct) for r in recs),
+            "accept_length_sglang": tokens / ct,
             "acceptance_by_position": by_pos}
 
 
