@@ -73,3 +73,17 @@ def test_what_the_guide_quotes_from_the_logs_is_in_them():
         assert q.split("=")[0] in text
     results = (ROOT / "docs" / "results.md").read_text()
     assert "| plain | - | 79.10 |" in results and "79.1 s" in text
+
+
+def test_code_cites_documents_by_heading():
+    """A section number moves when a page is reorganised; a heading is found by searching for it."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    results = (root / "docs" / "results.md").read_text()
+    for path in (root / "specdec").rglob("*.py"):
+        text = path.read_text()
+        assert not re.search(r"\.md, section \d", text), f"{path}: cite the section's heading"
+        for heading in re.findall(r'results\.md, the\s+(?:#\s*)?section\s+(?:#\s*)?"([^"]+)"', text):
+            assert heading in results, f"{path}: no section {heading!r} in docs/results.md"

@@ -15,7 +15,7 @@ from typing import Callable
 
 import torch
 
-# What inductor is told when it compiles a step (docs/results.md, section 13):
+# What inductor is told when it compiles a step (docs/results.md, the section "Where a batch-1 step's time goes"):
 # - tune each reduction's tile sizes by coordinate descent. The one-row matmuls of model.Linear are such
 #   reductions; untuned, an 8B step took 6.1 ms instead of 4.8. It costs about a minute per 8B capture.
 # - keep SiLU(gate) * up in a buffer of its own. Otherwise inductor folds it into the down projection's

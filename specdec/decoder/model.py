@@ -89,7 +89,8 @@ class RMSNorm(nn.Module):
 class Linear(nn.Linear):
     """nn.Linear, with one fast path: under torch.compile a single row (batch-1 decoding) is computed as
     a plain multiply-and-sum, which inductor turns into one kernel that streams the weight at nearly the
-    full memory bandwidth; cuBLAS's one-row kernels leave more of it unused (docs/results.md, section 13)."""
+    full memory bandwidth; cuBLAS's one-row kernels leave more of it unused (docs/results.md, the section
+    "Where a batch-1 step's time goes")."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not (torch.compiler.is_compiling() and x.numel() == x.shape[-1]):
@@ -103,7 +104,8 @@ class Linear(nn.Linear):
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """softmax(q k^T / sqrt(D)) v over the slots the mask allows: q [B, h, Tq, D], k, v [B, h, S, D],
     mask [B, 1, Tq, S] bool -> [B, h, Tq, D]. Written out (scores, mask, softmax, weighted sum): at a
-    decode step's few query rows it is also faster on a GPU than the fused SDPA kernel (docs/results.md, section 13)."""
+    decode step's few query rows it is also faster on a GPU than the fused SDPA kernel (docs/results.md, the
+    section "Where a batch-1 step's time goes")."""
     scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5  # [B, h, Tq, S]
     scores = scores.masked_fill(~mask, float("-inf"))  # slot 0 is always visible: no row is all -inf
     return scores.float().softmax(-1).to(q.dtype) @ v

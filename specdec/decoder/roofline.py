@@ -25,7 +25,8 @@ from specdec.sim.formulas import expected_tokens_per_step, speedup_from_costs
 from specdec.sim.stats import AcceptanceStats
 
 # Llama-shaped, 107 M parameters (428 MB in fp32), many times a laptop's last-level cache; the small vocabulary
-# keeps most bytes in the layers' matrices, which every step reads in full. Measured: docs/results.md, section 9.
+# keeps most bytes in the layers' matrices, which every step reads in full. Measured: docs/results.md, the section
+# "CPU: the oracle on a target too big for the caches".
 MEMORY_BOUND = dict(vocab_size=8192, hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
                     num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=2048)
 
