@@ -258,3 +258,19 @@ def test_pid_file_names_the_server_and_its_launcher(run_dir):
     with launch(standin(), progress=False) as server:
         rec = json.loads((run_dir / f"{server.pid}.json").read_text())
         assert rec["owner"] == os.getpid() and rec["ticks"] == start_ticks(server.pid) and rec["url"] == server.url
+
+
+def test_one_port_test_for_the_launcher_the_room_and_preflight():
+    """lifecycle.port_free is the one test (a bind, with SO_REUSEADDR as the servers set it); the room and preflight
+    use it too."""
+    import socket
+
+    from specdec.serving import lifecycle, preflight, room
+
+    assert room.port_free is lifecycle.port_free and preflight.port_free is lifecycle.port_free
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        assert not lifecycle.port_free(port) and lifecycle.port_taken("127.0.0.1", port)
+    assert lifecycle.port_free(port)

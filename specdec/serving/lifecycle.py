@@ -60,6 +60,11 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Nothing listens on host:port (port_taken's test)."""
+    return not port_taken(host, port)
+
+
 def port_taken(host: str, port: int) -> bool:
     """Something listens on host:port (a bind test, as the server's own bind would go).
 
@@ -394,5 +399,5 @@ def _same_group(pid: int) -> bool:
 
 
 __all__ = ["HEALTH_PATH", "RUN_DIR_ENV", "STOP_SIGNALS", "Server", "ServerCommand", "ServerError", "StopSignal", "free_port",
-           "kill_session", "launch", "pid_alive", "port_taken", "reap_stale", "run_dir", "session_members", "start",
+           "kill_session", "launch", "pid_alive", "port_free", "port_taken", "reap_stale", "run_dir", "session_members", "start",
            "start_ticks", "stop_on_signals"]

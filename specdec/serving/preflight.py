@@ -14,7 +14,6 @@ import math
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,7 @@ import torch
 from specdec.serving import gpu as gpus_
 from specdec.serving.gpu import DEFAULT_HEADROOM, Gpu, MemoryPlanError, ServerNeeds, gib, memory_plan, size
 from specdec.serving.launch import parse_version
+from specdec.serving.lifecycle import port_free
 
 MODES = ("auto", "gpu", "cpu")
 # SGLang pins torch exactly (shared/SGLANG.md), read from the released wheels: (first, last) -> torch.
@@ -335,15 +335,6 @@ def render(checks: list[Check]) -> str:
 
 
 # ----- reading this machine --------------------------------------------------------------------------
-def port_free(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
 def sglang_import_error(timeout: float) -> str | None:
     """Import SGLang's server arguments in a child process: None, or the last line of what went wrong."""
     try:

@@ -31,12 +31,12 @@ from specdec.serving.lifecycle import (
     kill_session,
     launch,
     pid_alive,
+    port_free,
     run_dir,
     session_members,
     start,
     start_ticks,
 )
-from specdec.serving.preflight import port_free
 
 STATE_NAME = "room.json"
 CSV_FIELDS = ("name", "url", "key")
