@@ -185,22 +185,18 @@ def solve_one(solution: Path, lab: Path, out: Path, exercise: str) -> None:
     out.write_text(json.dumps(nb))
 
 
+def code_cell(source: str) -> dict:
+    return {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": source}
+
+
 BROKEN = {  # a name -> what a student did to the notebook (applied to a copy of the solution)
     "raises_in_imports": lambda cells: cells[1].__setitem__("source", "1 / 0\n" + "".join(cells[1]["source"])),
-    "exits_in_a_cell": lambda cells: cells.insert(2, {"cell_type": "code", "metadata": {}, "outputs": [],
-                                                      "execution_count": None, "source": "import sys\nsys.exit(3)"}),
-    "kills_its_kernel": lambda cells: cells.insert(2, {"cell_type": "code", "metadata": {}, "outputs": [],
-                                                       "execution_count": None,
-                                                       "source": "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)"}),
-    "runs_out_of_memory": lambda cells: cells.insert(2, {"cell_type": "code", "metadata": {}, "outputs": [],
-                                                         "execution_count": None,
-                                                         "source": "hog = []\nwhile True:\n    hog.append(bytes(1 << 30))"}),
+    "exits_in_a_cell": lambda cells: cells.insert(2, code_cell("import sys\nsys.exit(3)")),
+    "kills_its_kernel": lambda cells: cells.insert(2, code_cell("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")),
+    "runs_out_of_memory": lambda cells: cells.insert(2, code_cell("hog = []\nwhile True:\n    hog.append(bytes(1 << 30))")),
     "syntax_error": lambda cells: cells[-1].__setitem__("source", "def f(:\n    pass"),
 }
-LOOPS = {
-    "loops_in_a_cell": lambda cells: cells.insert(2, {"cell_type": "code", "metadata": {}, "outputs": [],
-                                                      "execution_count": None, "source": "while True:\n    pass"}),
-}
+LOOPS = {"loops_in_a_cell": lambda cells: cells.insert(2, code_cell("while True:\n    pass"))}
 
 
 def a_class(solution: Path, lab: Path, root: Path, loops: bool = False) -> dict[str, float | None]:

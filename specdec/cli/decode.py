@@ -54,7 +54,7 @@ def main(args) -> int:
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise UsageError("--device cuda but no CUDA device is visible; use --device cpu")
     dtype = getattr(torch, args.dtype or ("bfloat16" if device.startswith("cuda") else "float32"))
-    parts = tuple(p for p in (METHODS[args.method].part,) if p)
+    parts = METHODS[args.method].parts
     texts = args.prompt or [DEFAULT_PROMPT]
     methods = (args.method, "ar") if args.compare and args.method != "ar" else (args.method,)
     try:

@@ -58,7 +58,7 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError("--device cuda but no CUDA device is visible; use --device cpu")
     dtype = getattr(torch, args.dtype or ("bfloat16" if device.startswith("cuda") else "float32"))
     try:
-        bundle = load_bundle(args.model, tuple(p for p in (METHODS[method].part,) if p), device=device, dtype=dtype,
+        bundle = load_bundle(args.model, METHODS[method].parts, device=device, dtype=dtype,
                              draft=args.draft if method == "draft" else None,
                              eagle=args.draft if method == "eagle" else None)
         engine = Engine(bundle, method, k=args.k, max_batch=args.max_running_requests, max_len=args.context_length,

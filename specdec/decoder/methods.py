@@ -13,6 +13,11 @@ class Method:
     part: str | None  # the ModelBundle attribute (and zoo part) its proposer needs; None: nothing to load
     sglang: str  # SGLang's --speculative-algorithm ("none": plain decoding)
 
+    @property
+    def parts(self) -> tuple[str, ...]:
+        """What load_bundle must load besides the target for this method."""
+        return (self.part,) if self.part else ()
+
 
 METHODS: dict[str, Method] = {m.name: m for m in (
     Method("ar", "plain", None, "none"),

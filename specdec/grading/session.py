@@ -310,11 +310,11 @@ class Kernel:
     def request(self, header: dict[str, Any], buffers: list[bytes], seconds: float) -> tuple[dict[str, Any], list[bytes]]:
         """Send one request, to stop after `seconds` of CPU time or `seconds` x the wall factor on the wall
         clock (less if the notebook's budget has less left); the reply is due by then plus a grace."""
-        left = self.budget.left()
-        if left <= 0:
+        budget_left = self.budget.left()
+        if budget_left <= 0:
             self.kill()
             raise OutOfTime()
-        limit = min(seconds, left)
+        limit = min(seconds, budget_left)
         self.bound_by_budget = limit < seconds
         wall = limit * self.budget.wall_factor
         self.next_id += 1
