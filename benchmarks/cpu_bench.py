@@ -118,5 +118,32 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def render() -> str:
+    """docs/results.md's section on this script's run (benchmarks/report.py stitches the sections)."""
+    from page import load, provenance, table
+
+    c = load("cpu_bench.json")
+    if not c:
+        return "### CPU: the shipped tiny zoo, batch 1\n\nNot measured yet: run `python benchmarks/cpu_bench.py`.\n"
+    rows = [[r["method"], r["k"], r["tokens_per_s"], r["tau"], r["speedup"], "yes" if r["identical_to_plain"] else "NO"]
+            for r in c["results"]]
+    meta = (f"{c['cpu']}, {c['threads']} threads, torch {c['torch']}, Python {c['python']}; {c['prompts']} held-out code "
+            f"prompts of {c['prompt_tokens']} tokens, {c['new_tokens']} new tokens, greedy, fp32; tokens/s is the median of "
+            f"{c['repeats']} rounds (load average before/after: {c['load_average_before']} / {c['load_average_after']}).")
+    return f"""### CPU: the shipped tiny zoo, batch 1
+
+{provenance(["benchmarks/results/cpu_bench.json"], c["cpu"], "`benchmarks/cpu_bench.py`", ["benchmarks/logs/cpu_bench.log"],
+            ["benchmarks/results/cpu_bench.json"])}
+
+{meta}
+
+{table(["method", "k", "tokens/s", "tau", "speedup over plain", "identical to plain"], rows)}
+
+On this CPU a verify step of k+1 tokens costs
+clearly more than a plain step and a draft step about half of one, so of the tiny zoo's proposers only n-gram lookup
+(whose drafting is free) pays; Lab 2 measures exactly this, and the GPU sections show where speculation does pay.
+"""
+
+
 if __name__ == "__main__":
     sys.exit(main())

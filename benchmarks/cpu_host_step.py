@@ -1,6 +1,6 @@
 """What the engine's own Python costs per step, with the device's part taken away.
 
-Under CUDA graphs a step is: host bookkeeping, one graph replay, one sync. Issue 11 wants the time outside the
+Under CUDA graphs a step is: host bookkeeping, one graph replay, one sync. The goal is the time outside the
 graphs under 5% of a plain 8B step; this measures the bookkeeping alone, on the machine it runs on, by replacing
 the captured step with a stub that returns its outputs at once (plain decoding of the tiny zoo, greedy).
 

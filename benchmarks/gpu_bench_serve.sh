@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `specdec bench` against `specdec serve` on a GPU (tiny zoo, CUDA graphs), plain and NEXTN (the target's MTP
-# layer, k=3), as issue 18 measured it going wrong: every concurrency level warmed before it is timed, runs
+# layer, k=3), with what a sound sweep needs: every concurrency level warmed before it is timed, runs
 # sized by time, two repeats each, and `--compare` with its intervals.
 # usage (GPU node):  bash benchmarks/gpu_bench_serve.sh   (writes $OUT/gpu_bench_serve.log and the sweeps' JSON)
 set -u

@@ -7,7 +7,7 @@ launcher, client and benchmark (specdec.serving). Two parts, one device call eac
          the Lab 2 decoder's MTP accept length on the same prompts and k beside SGLang's NEXTN.
   where  a Llama-3.1-8B-shaped target (random weights) plain and EAGLE (random head) with
          SGLANG_SIMULATE_ACC_LEN 1.5, 2.5, 3.5 across concurrency 1..64; a Llama-3.2-1B-shaped target
-         plain; batch-1 TPOT at 512 tokens of context for both shapes (the SGLang side of issue 11).
+         plain; batch-1 TPOT at 512 tokens of context for both shapes (the SGLang side of benchmarks/gpu_floor.py).
   tp2    (two GPUs, nvidia-h200-x2) the 8B shape plain and EAGLE (SGLANG_SIMULATE_ACC_LEN 2.5) under
          --tp-size 2, beside the same servers on one GPU: the launcher's rendered commands, accept length
          and tokens/s at concurrency 1..64, batch-1 TPOT.
@@ -425,6 +425,181 @@ def main() -> int:
                    tuple(float(a) for a in args.accept_lengths.split(",") if a), args.skip_plain)
     say("done")
     return 0
+
+
+# --- docs/results.md: the sections this script's results feed (benchmarks/report.py stitches them) ---------
+
+def _pooled_latency(sweep: dict, concurrency: int) -> tuple:
+    """TTFT and TPOT p50 over every request of one concurrency, and the median of its categories' ITL p50 (ms)."""
+    import statistics
+
+    recs = [x for r in sweep["runs"] if r["concurrency"] == concurrency for x in r["records"]]
+    itl = [r["itl_s"]["p50"] for r in sweep["runs"] if r["concurrency"] == concurrency and r.get("itl_s")]
+    ms = lambda xs: 1e3 * statistics.median(xs) if xs else None  # noqa: E731
+    return (ms([x["ttft"] for x in recs if x.get("ttft") is not None]), ms(itl),
+            ms([x["tpot"] for x in recs if x.get("tpot") is not None]))
+
+
+def _pays(rows: list[list], col: int, where: str) -> str:
+    """'nextn (1.09x) pays at c=1' or 'none pays at c=16', from a table's speedup column."""
+    won = [f"{r[0]} ({r[col]:.2f}x)" for r in rows if r[col] is not None and r[col] > 1]
+    return f"{', '.join(won)} {'pays' if len(won) == 1 else 'pay'} at {where}" if won else f"none pays at {where}"
+
+
+def render_zoo() -> str:
+    """The section on `zoo`'s run."""
+    from page import RES, provenance, table
+
+    from specdec.serving.records import acceptance_by_position
+
+    d = RES / "gpu_lab3" / "zoo"
+    if not (d / "summary.json").is_file():
+        return ""
+    summ = json.loads((d / "summary.json").read_text())
+    plain = json.loads((d / "sweep_plain.json").read_text())
+    rows = []
+    for mode in ("plain", "ngram", "standalone", "eagle", "nextn"):
+        sweep_ = json.loads((d / f"sweep_{mode}.json").read_text())
+        m = summ["modes"][mode]
+        lo, hi = _pooled_latency(sweep_, 1), _pooled_latency(sweep_, 16)
+        if mode == "plain":
+            tok = {c: sum(r["output_tokens"] for r in plain["runs"] if r["concurrency"] == c)
+                   / sum(r["wall_s"] for r in plain["runs"] if r["concurrency"] == c) for c in (1, 16)}
+            rows.append([mode, summ["startup_s"][mode], None, None, None, tok[1], None, tok[16], None, *lo, hi[2]])
+            continue
+        cmp = json.loads((d / f"compare_{mode}.json").read_text())
+        pooled = {r["concurrency"]: r for r in cmp["rows"] if r["category"] == "all"}
+        hists = [r["spec_correct_drafts_histogram"] for r in m["requests"]]
+        by_pos = acceptance_by_position([sum(h[i] for h in hists) for i in range(len(hists[0]))])
+        rows.append([mode, summ["startup_s"][mode], m["accept_length_weighted"], (m["server_avg_accept_length"] or [None])[0],
+                     " / ".join(f"{x:.2f}" for x in by_pos), pooled[1]["spec_tok_s"], pooled[1]["speedup"],
+                     pooled[16]["spec_tok_s"], pooled[16]["speedup"], *lo, hi[2]])
+    ours = summ["lab2_decoder_mtp_k3"]
+    nextn = summ["modes"]["nextn"]
+    env = json.loads((d / "env.json").read_text())
+    return f"""### Lab 3 on a real GPU: the tiny zoo in SGLang
+
+{provenance(["benchmarks/results/gpu_lab3/zoo"], env["nvidia_smi"].split(",")[0], "`benchmarks/gpu_lab3.py zoo`",
+            ["benchmarks/logs/gpu_lab3_zoo.log", "benchmarks/logs/gpu_lab3_server_logs.tgz"],
+            ["benchmarks/results/gpu_lab3/zoo/"])}
+
+SGLang {env["sglang"]} from the offline pack, torch {env["torch"]}: five servers of the shipped tiny target (with its
+retrained MTP layer) started together by the course's launcher (`specdec.serving.lifecycle.launch`), triton attention,
+radix cache off, chains of 3 drafts (top-k 1, 4 draft tokens; NGRAM 4 draft tokens), then measured one at a time by
+`specdec bench`'s sweep: prompt categories predictable, code and open,
+128 new tokens (ignore_eos), concurrency 1 and 16, the cache flushed before each run. "Accept length (4 prompts)" is the
+server's counters on `benchmarks/sglang_zoo_check.py`'s four prompts, completion_tokens / spec_verify_ct summed over them
+(SGLang's definition); "per position" is P(draft i accepted) from the same requests' histograms; speedups are over the plain
+server on the same prompts, all categories pooled; latencies in ms (p50; ITL = a chunk's gap over its tokens).
+
+{table(["mode", "startup s", "accept length (4 prompts)", "server avg_spec_accept_length", "P(draft 1/2/3 accepted)",
+        "tok/s c=1", "speedup c=1", "tok/s c=16", "speedup c=16", "TTFT c=1", "ITL c=1", "TPOT c=1", "TPOT c=16"], rows)}
+
+The Lab 2 decoder with the same MTP layer (`Engine(bundle, "mtp", k=3)`, greedy, the same four prompts and 128 tokens, in the
+same run on the same GPU) emits {ours["torch.bfloat16"]["sglang_accept_length_weighted"]:.2f} tokens per verify step in bf16 and
+{ours["torch.float32"]["sglang_accept_length_weighted"]:.2f} in fp32, counted as SGLang counts; SGLang's NEXTN server gave
+{nextn["accept_length_weighted"]:.2f} (per request {", ".join(f"{x:.2f}" for x in nextn["accept_length_per_request"])}; ours
+{", ".join(f'{x["sglang_accept_length"]:.2f}' for x in ours["torch.bfloat16"]["per_request"])} in bf16). The MTP layer a
+student decodes with in Lab 2 is the one SGLang serves in Lab 3. With a 4.9M-parameter target a plain step costs about
+{rows[0][-2]:.1f} ms at batch 1, bound by kernel launches rather than by reading weights, so a speculative step's extra launches eat
+most of what its accepted drafts save: {_pays(rows, 6, "c=1")}; {_pays(rows, 8, "c=16")}. "Where speculation pays: an 8B-shaped
+target in SGLang" shows the same algorithms where a step reads gigabytes.
+Real responses of these servers are test fixtures (`tests/fixtures/sglang/real_0516_zoo.json`, trimmed by
+`benchmarks/trim_sglang_fixtures.py`); the chat endpoint answered 400 because the zoo had no chat template, which it now ships.
+The Lab 3 lecture notebook ran end to end against real SGLang on the same kind of node (`benchmarks/gpu_lab3_notebook.sh`,
+log `benchmarks/logs/gpu_lab3_notebook.log`): the executed copy is `docs/lab3_gpu_run.html`. Its concurrency sweep then sent
+8 requests of 32 tokens per run, which lasts a fraction of a second on a GPU and measured mostly noise; the notebook's GPU path
+now sends 32 requests of 128 tokens per run (not re-run on a GPU since).
+"""
+
+
+def render_where() -> str:
+    """The section on `where`'s run (its plot: plot_where)."""
+    import statistics
+
+    from page import RES, provenance, table
+
+    d = RES / "gpu_lab3" / "where"
+    if not (d / "summary.json").is_file():
+        return ""
+    summ = json.loads((d / "summary.json").read_text())
+    plain = json.loads((d / "sweep_plain8b.json").read_text())
+    env = json.loads((d / "env.json").read_text())
+    levels = sorted({r["concurrency"] for r in plain["runs"]})
+    cmps = {f.stem.removeprefix("compare_eagle8b_"): json.loads(f.read_text()) for f in sorted(d.glob("compare_*.json"))}
+    rows, cross = [], []
+    base = {r["concurrency"]: r["output_tok_s"] for r in plain["runs"]}
+    rows.append(["plain", None] + [base[c] for c in levels])
+    for acc, c in cmps.items():
+        pooled = {r["concurrency"]: r for r in c["rows"] if r["category"] == "all"}
+        rows.append([f"EAGLE, simulated {acc}", statistics.fmean([pooled[x]["accept_length"] for x in levels])]
+                    + [f'{pooled[x]["spec_tok_s"]:.0f} ({pooled[x]["speedup"]:.2f}x, predicted {pooled[x]["predicted_speedup"]:.2f}x)'
+                       for x in levels])
+        cc = c["crossover"]["all"]
+        cross.append([acc, cc["measured"].get("text", cc["measured"]["status"]), cc["predicted"].get("text", cc["predicted"]["status"])])
+    rows[0] = [rows[0][0], rows[0][1]] + [f"{v:.0f}" for v in rows[0][2:]]
+    tp = summ["tpot_512"]
+    ref = "2.5" if "2.5" in cmps else next(iter(cmps))
+    costs = cmps[ref]["step_costs"]
+    return f"""### Where speculation pays: an 8B-shaped target in SGLang
+
+{provenance(["benchmarks/results/gpu_lab3/where"], env["nvidia_smi"].split(",")[0], "`benchmarks/gpu_lab3.py where`",
+            ["benchmarks/logs/gpu_lab3_where.log"], ["benchmarks/results/gpu_lab3/where/"])}
+
+A Llama-3.1-8B-shaped target (32 layers, hidden 4096, 8 KV heads, vocabulary 128256) and a one-layer EAGLE head of the same width,
+both with random weights (`--load-format dummy`); `SGLANG_SIMULATE_ACC_LEN` sets the verifier's mean accept length; chains of
+3 drafts, CUDA graphs up to batch {max(levels)}, `SGLANG_RECORD_STEP_TIME=1`. Each server swept by `specdec bench` at
+concurrency {", ".join(map(str, levels))}, {plain["settings"]["max_new_tokens"]} new tokens per request, output tokens/s over
+all requests. The prediction is Lab 1's `speedup_from_costs` from the step times the two servers measured themselves
+(`step_time_dict`, seconds per decode step by batch size) and the measured accept length.
+
+{table(["server", "accept length"] + [f"c={c}" for c in levels], rows)}
+
+{table(["simulated accept length", "crossover, measured", "crossover, predicted from step costs"], cross)}
+
+Why it turns: SGLang's own step times for plain and for a speculative step (accept length {ref}) were
+{", ".join(f'{float(v["plain_s"]) * 1e3:.2f} / {float(v["spec_step_s"]) * 1e3:.2f} ms at batch {k}' for k, v in costs.items())}.
+At batch 1 a speculative step (3 forwards of the one-layer head, then one target forward over 4 tokens) costs
+{float(costs["1"]["spec_step_s"]) / float(costs["1"]["plain_s"]):.2f} plain steps: the verify reads the same 16 GB of weights a
+plain step reads, and its extra tokens ride along almost free. By batch {max(levels)} it costs
+{float(costs[str(max(levels))]["spec_step_s"]) / float(costs[str(max(levels))]["plain_s"]):.2f} plain steps: with
+{max(levels)} x 4 tokens per verify the step is paid in arithmetic, not in weight reads. The plot: `docs/figures/where_speculation_pays.png`.
+
+Batch-1 time per output token at 512 tokens of context ((e2e of 256 new tokens - e2e of 1) / 255, best of 3):
+8B plain {tp["plain8b"]["tpot_s"] * 1e3:.2f} ms, 1B-shaped plain (Llama-3.2-1B shape, tied embeddings) {tp["plain1b"]["tpot_s"] * 1e3:.2f} ms,
+8B EAGLE at 1.5 / 2.5 / 3.5: {tp["eagle8b_1.5"]["tpot_s"] * 1e3:.2f} / {tp["eagle8b_2.5"]["tpot_s"] * 1e3:.2f} / {tp["eagle8b_3.5"]["tpot_s"] * 1e3:.2f} ms.
+Not run in that session: the same 8B shape with `--tp 2` (`benchmarks/gpu_lab3.py tp2`), because no two-GPU machine was lent.
+"""
+
+
+def plot_where(out: Path) -> Path | None:
+    """Speedup over plain against concurrency, per simulated accept length (measured and predicted)."""
+    from page import RES
+
+    d = RES / "gpu_lab3" / "where"
+    files = sorted(d.glob("compare_*.json"))
+    if not files:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    for i, f in enumerate(files):
+        c = json.loads(f.read_text())
+        rows = [r for r in c["rows"] if r["category"] == "all"]
+        xs = [r["concurrency"] for r in rows]
+        ax.plot(xs, [r["speedup"] for r in rows], "o-", color=f"C{i}", label=f"accept length {f.stem.split('_')[-1]}, measured")
+        ax.plot(xs, [r["predicted_speedup"] for r in rows], "--", color=f"C{i}", alpha=0.6, label="predicted from step costs")
+    ax.axhline(1, color="k", lw=0.8)
+    ax.set(xscale="log", xticks=xs, xticklabels=xs, xlabel="concurrency (requests in flight)", ylabel="speedup over plain",
+           title="8B-shaped target, EAGLE chain of 3, SGLang 0.5.16 on an H200")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    return out
 
 
 if __name__ == "__main__":

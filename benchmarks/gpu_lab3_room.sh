@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 19, section 1 on a GPU with real SGLang: an instructor's `specdec room --students 2 --algorithm none,NEXTN
+# The instructor's room on a GPU with real SGLang: an instructor's `specdec room --students 2 --algorithm none,NEXTN
 # --engine sglang` (started in the background of this script, SIGINT ignored, as a script starts it), student 1
 # pastes the line the room prints, and Lab 3's solution and lecture run against the room's servers with
 # `specdec execute`; the room's servers must still serve afterwards; SIGTERM to the room's pid must stop it all

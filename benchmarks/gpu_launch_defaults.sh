@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 18: the DEFAULT `specdec launch ... --backend sglang` command (no memory flags, as a student types it)
+# The DEFAULT `specdec launch ... --backend sglang` command (no memory flags, as a student types it)
 # starts on the first try on one GPU for every algorithm, and a script that started it in the background
 # (SIGINT ignored, as `&` does here) stops it with SIGTERM, leaving no process and giving back the GPU memory.
 #

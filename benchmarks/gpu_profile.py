@@ -410,5 +410,191 @@ def main(argv=None) -> int:
     return 0
 
 
+# --- docs/results.md: the section this script's results feed (benchmarks/report.py stitches the sections) ----
+
+def render() -> str:
+    """Where the step's time goes: kernels, attention, one-row matmuls, candidates (results of several calls)."""
+    from page import load, provenance, table
+
+    before, after = load("gpu_profile/before.json"), load("gpu_profile/after.json")
+    if not before or not after:
+        return ""
+    sec, aft = before["sections"], after["sections"]
+    kinds = (("matmul (cuBLAS)", ("nvjet", "gemm", "gemv", "splitk", "cublas")), ("attention (SDPA)", ("sdpa", "fmha", "flash")),
+             ("RMSNorm", ("layer_norm",)), ("KV cache write", ("index_put",)), ("softmax, argmax, cumsum over the vocabulary",
+             ("softmax", "argmax", "scan", "reduce_kernel")))
+
+    def kind_of(name: str) -> str:
+        return next((k for k, words in kinds if any(w in name.lower() for w in words)), "other elementwise")
+
+    krows = []
+    for e in sec["kernels"]:
+        by: dict[str, list] = {}
+        for t in e["top"]:
+            acc = by.setdefault(kind_of(t["name"]), [0.0, 0.0])
+            acc[0] += t["us"]
+            acc[1] += t["calls"]
+        for k, (us, n) in sorted(by.items(), key=lambda kv: -kv[1][0]):
+            krows.append([e["shape"], k, us, int(n)])
+        krows.append([e["shape"], "all kernels", e["kernel_us_per_step"], int(e["kernels_per_step"])])
+    arows = []
+    for e in sec["attention"]:
+        for key, v in e.items():
+            if isinstance(v, dict) and "us" in v:
+                arows.append([e["shape"], key.split("/")[0].removeprefix("T"), key.split("/")[1], v["us"]])
+    mrows = []
+    for e in sec["matmul"]:
+        for name, v in e.items():
+            if isinstance(v, dict) and "N" in v:
+                mrows.append([e["shape"], name, f'{v["N"]} x {v["K"]}', v["MB"], v["floor_us"]]
+                             + [v[c]["us"] if "us" in v.get(c, {}) else None for c in ("cublas", "triton", "inductor_reduction")])
+    vrows = [[e["shape"], e["variant"], e["ms"], e["x_floor"], e.get("capture_s")] for e in sec["variants"] if "ms" in e]
+    vrows2 = [[e["shape"], e["variant"], e["ms"], e["x_floor"], e.get("capture_s")] for e in aft["variants"] if "ms" in e]
+    crows = []
+    for e in aft["compiled_kernels"]:
+        for t in e["top"][:10]:
+            crows.append([e["shape"], t["name"][:70], t["calls"], t["us"], t["us"] / t["calls"]])
+        crows.append([e["shape"], f'all {int(e["kernels_per_step"])} kernels (graph of the forward: {e["graph_us"]:.0f} us)', "",
+                      e["kernel_us_per_step"], ""])
+    silu = next(t for t in aft["compiled_kernels"][0]["top"] if "silu" in t["name"])
+    down = next(e for e in sec["matmul"] if e["shape"] == "8b")["down"]
+    k8 = next(e for e in sec["kernels"] if e["shape"] == "8b")
+    pick = lambda kind: next(r[2:] for r in krows if r[0] == "8b" and r[1] == kind)  # noqa: E731
+    mm8, att8, rms8 = pick("matmul (cuBLAS)"), pick("attention (SDPA)"), pick("RMSNorm")
+    kv8 = 2 * 8 * 1024 * 128 * 2  # keys and values of one layer of the 8B shape: 8 heads of 128, 1024 slots, bf16
+    bw8 = sec["bandwidth"][0]["copy_Bps"]
+    env = before["env"]
+    calls = ("before", "after", "realize", "thorough")
+    return f"""### Where a batch-1 step's time goes
+
+{provenance([f"benchmarks/results/gpu_profile/{c}.json" for c in calls], env["device"], "`benchmarks/gpu_profile.py`",
+            [f"benchmarks/logs/gpu_profile_{c}.log" for c in ("before", "after", "repeat", "realize", "thorough")],
+            ["benchmarks/results/gpu_profile/"])}
+
+`benchmarks/gpu_profile.py` on {env["device"]}, torch {env["torch"]}, triton {env["triton"]}; results
+`benchmarks/results/gpu_profile/before.json` (logs `benchmarks/logs/gpu_profile_before.log`), written by the script's first
+version, which swapped each candidate in by hand, and `benchmarks/results/gpu_profile/after.json`
+(`benchmarks/logs/gpu_profile_after.log`), on the code as it now is. `ncu` was on the machine but not needed: torch.profiler
+over eager steps names every kernel (profiling a replayed CUDA graph crashed the process, in an earlier run of
+`benchmarks/gpu_floor.py`). A third call (`benchmarks/logs/gpu_profile_repeat.log`) compiled the 1B step twice and stopped
+on a bad argument (a variant list split on its commas; the script now takes ';' and checks names first): the same step measured
+{_repeat_ms()} ms, the spread between two compiles of it.
+
+**Eager plain step, kernel by kernel** (device time per step, µs; the profiler's top 40 kernels, grouped by what they do):
+
+{table(["shape", "kernels", "µs per step", "launches"], krows)}
+
+On the 8B shape the matmuls are {mm8[0]:.0f} µs of the {k8["kernel_us_per_step"]:.0f}; the other {int(k8["kernels_per_step"] - mm8[1])}
+launches each read little, and some take long for it: SDPA {att8[0] / att8[1]:.1f} µs per layer for a layer's keys and values
+({kv8 / 1e6:.1f} MB at 1024 slots, {kv8 / bw8 * 1e6:.1f} µs at the copy rate), an RMSNorm {rms8[0] / rms8[1]:.1f} µs for one row of 4096.
+
+**One layer's decode attention** (1024 slots, 512 live; µs per call, one CUDA graph over all layers):
+
+{table(["shape", "query positions", "implementation", "µs"], arows)}
+
+Written out as matmul, softmax, matmul, cuBLAS spreads the slots over the whole GPU; compiled, inductor fuses the scale,
+mask and softmax. That is now `model.attention`, used for any step of at most `DECODE_ROWS` query rows (the prefill keeps SDPA).
+
+**One-row matmuls** (y = x W^T, enough distinct weights to leave the L2 cache; µs per call):
+
+{table(["shape", "weight", "N x K", "MB", "floor µs", "cuBLAS", "Triton GEMV (ours, autotuned)", "inductor reduction (coordinate descent)"], mrows)}
+
+At one row, inductor's reduction, tuned by coordinate descent, beats cuBLAS on most weights; that is `model.Linear`'s fast
+path under torch.compile. A hand-written Triton GEMV did no better, so none ships.
+
+**The step with each candidate** (graphs; milliseconds; before, candidates swapped in by hand):
+
+{table(["shape", "variant", "ms", "x floor", "capture s"], vrows)}
+
+**The step as the code now is** ("as before": SDPA and the sampling path put back):
+
+{table(["shape", "variant", "ms", "x floor", "capture s"], vrows2)}
+
+Without coordinate-descent tuning the one-row reductions are slow (the "compile" row); with it, compiling costs about a
+minute per capture of the 8B step, paid once per width and KV bucket.
+
+**The compiled forward, kernel by kernel** (top 10 per shape, µs per step):
+
+{table(["shape", "kernel", "calls", "µs per step", "µs per call"], crows)}
+
+The compiled step's time is all kernel time (the forward's graph takes what its kernels add up to). In that run inductor
+folded SiLU(gate) x up into the down projection's reduction (`{silu["name"][:40]}...`), recomputing it for every output row:
+{silu["us"] / silu["calls"]:.1f} µs per layer against {down["floor_us"]:.1f} µs for reading the weight.
+{_realize_part(after)}"""
+
+
+def _realize_part(after: dict) -> str:
+    """The activation kept in its own buffer, and the host's share of a step (the later calls)."""
+    from page import load, table
+
+    r, t = load("gpu_profile/realize.json"), load("gpu_profile/thorough.json")
+    if not r:
+        return ""
+    sec = r["sections"]
+    v = {(e["shape"], e["variant"]): e for e in sec["variants"] if "ms" in e}
+    base, real = "compile+cdt", "compile+cdt, realize_opcount 8"
+    vrows = [[shape, v[shape, base]["ms"], v[shape, real]["ms"], f'{v[shape, real]["ms"] / v[shape, base]["ms"] - 1:+.1%}']
+             for shape in ("8b", "1b")]
+    k8 = next(e for e in sec["compiled_kernels"] if e["shape"] == "8b")
+    crows = [[t_["name"][:70], t_["calls"], t_["us"], t_["us"] / t_["calls"]] for t_ in k8["top"][:12]]
+    act = next((e for e in sec["compiled_kernels"] if e["shape"] == "1b"), None)
+    silu = next((t_ for t_ in (act or k8)["top"] if "silu" in t_["name"]), None)
+    hrows = [[e["shape"], min(e["loop_ms_per_step"]), e["graph_ms"], e["replay_and_sync_ms"], f'{e["outside_fraction"]:.1%}',
+              f'{e["sync_floor_fraction"]:.1%}', e["launch_us"], e["readout_idle_us"]] for e in sec["host"]]
+    host_cpu = load("cpu_host_step.json")["rows"][0]["best_us"]
+    h8 = next(e for e in sec["host"] if e["shape"] == "8b")
+    prow = [[c["fn"], c["calls"], c["us"]] for c in h8["cprofile_top_us_per_step"][1:9]]
+    att = next((e for e in (t or {}).get("sections", {}).get("variants", []) if "ms" in e), None)
+    return f"""
+**The activation in its own buffer** (`benchmarks/results/gpu_profile/realize.json`, log
+`benchmarks/logs/gpu_profile_realize.log`; the graphed plain step, milliseconds, both variants compiled and tuned in one run):
+inductor inlines a pointwise input into a reduction unless, among other things, the input is broadcast and counts more
+operations than `realize_opcount_threshold`. The one-row reduction broadcasts the activation over every output row, so a
+threshold of 8 makes SiLU(gate) x up a kernel of its own{f" (`{silu['name'][:45]}...`, {silu['us'] / silu['calls']:.1f} µs a layer on the 1B shape)" if silu else ""}.
+
+{table(["shape", "compiled ms", "threshold 8 ms", "change"], vrows)}
+
+It pays on the 8B shape, where the down projection recomputed 58 M sigmoids a layer, and costs a little on the 1B shape
+(one more kernel a layer, and a different tuning); `cuda_graphs.INDUCTOR_OPTIONS` now sets it. Two compiles of the same
+step differ by their tuning: the plain 8B step tuned in this call measured {v["8b", base]["ms"]:.2f} ms, in the earlier call above
+{next(e["ms"] for e in after["sections"]["variants"] if e["shape"] == "8b" and e["variant"] == base):.2f} ms.
+The 8B forward with the threshold, kernel by kernel (top 12, µs per step; {int(k8["kernels_per_step"])} kernels, {k8["kernel_us_per_step"]:.0f} µs):
+
+{table(["kernel", "calls", "µs per step", "µs per call"], crows)}
+
+The same weight shapes come out as different kernels (a residual or a norm fused in or not), each tuned on its own, and
+the tunings differ: judging by their time per call, the gate/up projection (235 MB, about 55 µs at the copy rate) runs in
+one kernel near the floor and in another well above it. The output projection (34 MB, 7.8 µs) is the furthest off, at 12 to 14 µs. What is left is
+tuning and the three-kernel attention.
+{f"A later call tried decode attention as multiply-and-sum reductions for inductor to fuse (`thorough.json`, log `benchmarks/logs/gpu_profile_thorough.log`): {att['ms']:.2f} ms for the 8B step with the threshold, against {v['8b', real]['ms']:.2f} ms for the threshold alone in the call before, which tuned its own kernels: no gain shown, and not a clean comparison. The same call's tuning with a search radius of 2 in every direction did not finish one 8B compile in 450 s, and the call ran out of time." if att else ""}
+
+**The host's share of a step** (graphs, not compiled, batch 1, 256 new tokens; the engine as it now is: the step's
+readout built inside the graph, greedy steps taking no uniforms):
+
+{table(["shape", "loop ms per step", "graph ms (back to back)", "replay + one sync ms", "outside the graph", "of which the sync", "launch µs", "readout µs (idle GPU)"], hrows)}
+
+cProfile of the 8B loop, past the wait for the GPU (`tolist`, {h8["cprofile_top_us_per_step"][0]["us"] / 1e3:.2f} ms a step), µs per step (cProfile
+slows each Python call; the model's own calls are the prefill's, spread over the steps):
+
+{table(["function", "calls per step", "µs per step"], prow)}
+
+Outside the graph the 8B loop spends {(min(h8["loop_ms_per_step"]) - h8["graph_ms"]) * 1e3:.0f} µs a step: replays that each wait for
+their result already cost {(h8["replay_and_sync_ms"] - h8["graph_ms"]) * 1e3:.0f} µs more than replays back to back (the device idles
+while the host learns the step is done and launches the next); the rest is the host's own work, launching the graph
+({h8["launch_us"]:.0f} µs) and the engine's Python (`benchmarks/cpu_host_step.py` measures {host_cpu:.0f} µs of that per step on the 2-core
+CPU, the device's part stubbed out, with the readout now inside the graph; log `benchmarks/logs/cpu_host_step.log`).
+"""
+
+
+def _repeat_ms() -> str:
+    """The step's time in each compile of the call that stopped early (its log; it wrote no results)."""
+    from page import LOGS
+
+    log = LOGS / "gpu_profile_repeat.log"
+    ms = [float(part.split("=")[1]) for line in log.read_text().splitlines() if "variant=compile+cdt" in line
+          for part in line.split() if part.startswith("ms=")] if log.is_file() else []
+    return " and ".join(f"{m:.3f}" for m in ms) or "(no log)"
+
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -68,5 +68,43 @@ def main() -> None:
                 plot_comparison(runs["plain"], runs[name], cmp, args.out)
 
 
+def render() -> str:
+    """docs/results.md's section on this script's run (benchmarks/report.py stitches the sections)."""
+    from page import LOGS, RES, provenance, table
+
+    d = RES / "serve_cpu"
+    if not (d / "plain.json").is_file():
+        return ""
+    plain = json.loads((d / "plain.json").read_text())
+    levels = sorted({r["concurrency"] for r in plain["runs"]})
+    lo, hi = levels[0], levels[-1]
+    rows = []
+    for f in sorted(d.glob("compare_*.json")):
+        c = json.loads(f.read_text())
+        pooled = {r["concurrency"]: r for r in c["rows"] if r["category"] == "all"}
+        cross = c["crossover"]["all"]
+        rows.append([f.stem.removeprefix("compare_"), pooled[lo]["accept_length"], pooled[lo]["base_tok_s"],
+                     pooled[lo]["spec_tok_s"], pooled[lo]["speedup"], pooled[hi]["base_tok_s"], pooled[hi]["spec_tok_s"],
+                     pooled[hi]["speedup"], cross["measured"].get("text", cross["measured"]["status"]),
+                     cross["predicted"].get("text", cross["predicted"]["status"])])
+    s = plain["settings"]
+    machine = (LOGS / "serve_cpu.log").read_text().split(";")[0].split(", load average")[0]
+    return f"""### Lab 3 on the CPU: `specdec serve` with each algorithm
+
+{provenance(["benchmarks/results/serve_cpu"], machine, "`benchmarks/serve_cpu_bench.py`", ["benchmarks/logs/serve_cpu.log"],
+            ["benchmarks/results/serve_cpu/"])}
+
+A plain server and one per algorithm, each `specdec serve` on the tiny zoo with k = 4, one CPU thread, up to 16 running requests;
+each swept by the Lab 3 benchmark at concurrency {", ".join(map(str, levels))} over the prompt categories
+{", ".join(s["categories"])}, {s["max_new_tokens"]} new tokens per request (ignore_eos), the cache flushed before each run.
+Throughput is output tokens/s over all requests, from the server's token counts; the accept length is token-weighted,
+(completion_tokens - 1) / spec_verify_ct. The prediction is Lab 1's `speedup_from_costs` with the step times the server
+measured (`step_time_dict`).
+
+{table(["algorithm", f"accept length (c={lo})", f"plain tok/s c={lo}", f"spec tok/s c={lo}", f"speedup c={lo}",
+        f"plain tok/s c={hi}", f"spec tok/s c={hi}", f"speedup c={hi}", "crossover, measured", "crossover, predicted"], rows)}
+"""
+
+
 if __name__ == "__main__":
     main()

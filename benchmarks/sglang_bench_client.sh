@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SGLang's own benchmark client, `python -m sglang.benchmark.serving` from the sglang 0.5.16 wheel, unchanged,
-# against `specdec serve --model tiny` on this machine (issue 18: real clients must work unchanged).
+# against `specdec serve --model tiny` on this machine (real clients must work unchanged).
 #
 #   benchmarks/sglang_bench_client.sh            # the benchmark: backends sglang, sglang-oai, sglang-oai-chat
 #   benchmarks/sglang_bench_client.sh record     # 2 prompts per backend and stream mode through

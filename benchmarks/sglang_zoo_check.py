@@ -145,5 +145,40 @@ def compare_with_specdec(results: list[dict], out: str) -> None:
         json.dump(results, f, indent=2)
 
 
+def render() -> str:
+    """docs/results.md's section on this script's run (benchmarks/report.py stitches the sections)."""
+    from page import load, provenance, table
+
+    s = load("sglang_zoo.json")
+    if not s:
+        return ""
+    rows = []
+    for m in s:
+        if "requests" not in m:
+            continue
+        req = m["requests"]
+        rows.append([m["mode"], (m.get("server") or {}).get("speculative_algorithm") or "-", m.get("startup_s"),
+                     sum(r["completion_tokens"] for r in req), m.get("accept_length_weighted"),
+                     (m.get("avg_spec_accept_length") or [None])[0]])
+    cmp_rows = next((m["rows"] for m in s if m["mode"].startswith("specdec vs")), [])
+    same = [f"{r['identical_prefix_tokens']}/{r['of']}" for r in cmp_rows if "float32" in r["dtype"]]
+    return f"""### The shipped zoo served by real SGLang
+
+{provenance(["benchmarks/results/sglang_zoo.json"], "NVIDIA H200", "`benchmarks/sglang_zoo_check.py`",
+            ["benchmarks/logs/sglang_zoo.log"], ["benchmarks/results/sglang_zoo.json"])}
+
+SGLang 0.5.16 from the offline pack (`../shared/sglang-offline`), triton attention, radix cache off, 3 draft steps, top-k 1,
+4 draft tokens; 4 code/predictable prompts, 128 new tokens each, greedy, EOS ignored. Accept length = completion tokens /
+verify passes, from the server's own per-request counters; the server-wide average from `/server_info`.
+
+{table(["mode", "server's algorithm", "startup s", "completion tokens", "accept length (requests)", "avg_spec_accept_length (server)"], rows)}
+
+NEXTN loads the target's own MTP layer (`model.mtp_layers.0.*`, MiMo layout) with no draft path and reports its algorithm as
+EAGLE; EAGLE loads the zoo's `LlamaForCausalLMEagle` directory (no tokenizer files needed); STANDALONE the draft Llama.
+specdec's greedy tokens (same prompts, same token ids) against SGLang's plain server: identical for {', '.join(same)} tokens
+per prompt (SGLang computes in bf16 with its own kernels; where a near-tie flips, the sequences part).
+"""
+
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -18,8 +18,35 @@ def test_every_script_and_log_the_docs_cite_exists():
 
     for page in ("results.md", "zoo.md", "instructor-guide.md"):
         text = (ROOT / "docs" / page).read_text()
-        for path in set(re.findall(r"`(benchmarks/[\w/.\-]+\.(?:py|sh|log|json))", text)):
+        for path in set(re.findall(r"`(benchmarks/[\w/.\-]+\.(?:py|sh|log|json|tgz))", text)):
             assert (ROOT / path).is_file(), f"docs/{page} cites {path}, which is missing"
+        for path in set(re.findall(r"`(benchmarks/[\w/.\-]+/)`", text)):
+            assert (ROOT / path).is_dir(), f"docs/{page} cites {path}, which is missing"
+
+
+def test_each_results_section_says_when_on_what_by_which_script_and_log():
+    """docs/results.md is organised by topic (##), each measurement a section (###) that opens with its
+    date, its device, the script that measures it and its log; no issue numbers, no section numbers."""
+    import re
+
+    text = (ROOT / "docs" / "results.md").read_text()
+    sections = re.split(r"^### ", text, flags=re.MULTILINE)[1:]
+    assert len(sections) >= 10 and len(re.findall(r"^## ", text, flags=re.MULTILINE)) >= 5
+    for s in sections:
+        heading, _, body = s.partition("\n")
+        first = body.strip().splitlines()[0]
+        assert re.match(r"\*Measured \d{4}-\d\d-\d\d( to \d{4}-\d\d-\d\d)? on .+; script `benchmarks/[\w.]+\.py", first), heading
+        assert re.search(r"; logs? `benchmarks/logs/", first), heading
+        assert not re.match(r"\d", heading), heading
+    assert not re.search(r"\bissue \d", text)
+    assert not re.search(r"\bsections? \d", text)
+
+
+def test_the_one_off_run_scripts_stay_gone():
+    """Each measurement has one script that renders its section; wrappers that ran them once are not kept."""
+    bench = ROOT / "benchmarks"
+    assert not list(bench.glob("gpu_run_*.sh")) and not (bench / "gpu_check_engine.sh").exists()
+    assert "issue" not in (bench / "report.py").read_text().lower()
 
 
 GUIDE = ROOT / "docs" / "instructor-guide.md"
@@ -87,3 +114,11 @@ def test_code_cites_documents_by_heading():
         assert not re.search(r"\.md, section \d", text), f"{path}: cite the section's heading"
         for heading in re.findall(r'results\.md, the\s+(?:#\s*)?section\s+(?:#\s*)?"([^"]+)"', text):
             assert heading in results, f"{path}: no section {heading!r} in docs/results.md"
+
+
+def test_pages_cite_the_results_page_by_heading():
+    import re
+
+    for path in (ROOT / "README.md", *(ROOT / "docs").glob("*.md")):
+        text = path.read_text()
+        assert not re.search(r"results\.md`?,? \(?sections? \d", text), f"{path}: cite the results section's heading"
