@@ -52,6 +52,7 @@ TOPICS = [
     ("Serving: SGLang and specdec serve", [("sglang_zoo_check", "render"), ("serve_cpu_bench", "render"),
                                            ("gpu_lab3", "render_zoo")]),
     ("Where speculation stops paying", [("gpu_lab3", "render_where")]),
+    ("Grading a class", [("grade_class", "render")]),
 ]
 FIGURES = [("gpu_lab3", "plot_where", ROOT / "docs" / "figures" / "where_speculation_pays.png")]
 
