@@ -2,19 +2,18 @@
 results, markdown tables, and the line that says when, on what, by which script and with which log.
 
 A section's date is the time its results recorded (`env.date`, a sweep's `started`); for results that record
-none, the day their file was last committed (git), or, not yet committed, the file's modification day.
+none, the day written beside it in benchmarks/results/dates.json.
 """
 
 from __future__ import annotations
 
-import datetime
 import json
-import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RES = ROOT / "benchmarks" / "results"
 LOGS = ROOT / "benchmarks" / "logs"
+DATES = RES / "dates.json"  # path -> day, for results and logs that record no date of their own
 
 
 def load(name: str):
@@ -39,13 +38,13 @@ def _recorded_in(data) -> str | None:
     return None
 
 
-def _committed(path: Path) -> str | None:
-    try:
-        out = subprocess.run(["git", "log", "-1", "--format=%cs", "--", str(path.relative_to(ROOT))], cwd=ROOT,
-                             capture_output=True, text=True, check=False).stdout.strip()
-    except OSError:
-        return None
-    return out or None
+def _dated(rel: str) -> str:
+    """The day a result or log that records none was made, from DATES (committed with it: the page must
+render the same on any clone, shallow or not, so no date is read from git or a file's mtime)."""
+    dates = json.loads(DATES.read_text()) if DATES.is_file() else {}
+    if rel not in dates:
+        raise KeyError(f"{rel} records no date: add the day it was measured to {DATES.relative_to(ROOT)}")
+    return dates[rel]
 
 
 def recorded(*paths: str | Path) -> str:
@@ -63,7 +62,7 @@ def recorded(*paths: str | Path) -> str:
                     day = _recorded_in(json.loads(g.read_text()))
                 except ValueError:
                     pass
-            day = day or _committed(g) or datetime.date.fromtimestamp(g.stat().st_mtime).isoformat()
+            day = day or _dated(str(g.relative_to(ROOT)))
             days.add(day)
     if not days:
         return "date unknown"
