@@ -38,10 +38,10 @@ sys.path.insert(0, str(ROOT))
 
 from sglang_zoo_check import PROMPTS as CHECK_PROMPTS  # noqa: E402  (benchmarks/ is this script's directory)
 
-from specdec.serving.bench import SweepConfig, format_sweep, run_sweep  # noqa: E402
-from specdec.serving.compare import compare, format_comparison  # noqa: E402
-from specdec.serving.launch import LaunchConfig  # noqa: E402
-from specdec.serving.lifecycle import ServerError, launch  # noqa: E402
+from specdec.serving.measure.bench import SweepConfig, format_sweep, run_sweep  # noqa: E402
+from specdec.serving.measure.compare import compare, format_comparison  # noqa: E402
+from specdec.serving.ops.launch import LaunchConfig  # noqa: E402
+from specdec.serving.ops.lifecycle import ServerError, launch  # noqa: E402
 
 ZOO = ROOT / "specdec" / "zoo" / "tiny"
 CHAIN = dict(num_steps=3, topk=1, num_draft_tokens=4)

@@ -10,7 +10,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from specdec.serving.records import acceptance_by_position
+from specdec.serving.measure.records import acceptance_by_position
 
 ROOT = Path(__file__).resolve().parents[1]
 RES = ROOT / "benchmarks" / "results"
@@ -346,7 +346,7 @@ def gpu_lab3_zoo_section() -> str:
 `benchmarks/gpu_lab3.py zoo` (log `benchmarks/logs/gpu_lab3_zoo.log`, results `benchmarks/results/gpu_lab3/zoo/`, server logs
 `benchmarks/logs/gpu_lab3_server_logs.tgz`) on {env["nvidia_smi"].split(",")[0]}, SGLang {env["sglang"]} from the offline pack,
 torch {env["torch"]}: five servers of the shipped tiny target (with its retrained MTP layer) started together by the course's
-launcher (`specdec.serving.lifecycle.launch`), triton attention, radix cache off, chains of 3 drafts (top-k 1, 4 draft tokens;
+launcher (`specdec.serving.ops.lifecycle.launch`), triton attention, radix cache off, chains of 3 drafts (top-k 1, 4 draft tokens;
 NGRAM 4 draft tokens), then measured one at a time by `specdec bench`'s sweep: prompt categories predictable, code and open,
 128 new tokens (ignore_eos), concurrency 1 and 16, the cache flushed before each run. "Accept length (4 prompts)" is the
 server's counters on `benchmarks/sglang_zoo_check.py`'s four prompts, completion_tokens / spec_verify_ct summed over them
