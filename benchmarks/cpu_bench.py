@@ -23,9 +23,10 @@ import torch
 from tqdm.auto import tqdm
 
 from specdec.decoder.engine import Engine
+from specdec.serving.measure.machine import machine
 from specdec.zoo import load_bundle
 from specdec.zoo.corpus import build_corpus
-from specdec.zoo.evaluate import PROMPT_TOKENS, _machine, spread_windows, trained_tokenizer
+from specdec.zoo.evaluate import PROMPT_TOKENS, spread_windows, trained_tokenizer
 from specdec.zoo.report import LABELS, table
 
 METHODS = tuple(m for m in LABELS if m != "ar")  # every proposer
@@ -79,7 +80,8 @@ def run(args) -> dict:
         })
     return {"zoo": args.zoo, "device": "cpu", "dtype": "float32", "batch": 1, "temperature": 0.0,
             "prompts": len(prompts), "prompt_tokens": PROMPT_TOKENS, "new_tokens": args.new_tokens,
-            "repeats": args.repeats, "seconds": round(seconds, 1), **_machine(),
+            "repeats": args.repeats, "seconds": round(seconds, 1),
+            **machine(torch.get_num_threads(), torch=torch.__version__),
             "load_average_before": [round(x, 2) for x in load_before],
             "load_average_after": [round(x, 2) for x in os.getloadavg()],
             "command": " ".join([Path(sys.argv[0]).as_posix()] + sys.argv[1:]), "results": results}

@@ -25,6 +25,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specdec.decoder.engine import Engine, SamplingParams  # noqa: E402
+from specdec.serving.measure.machine import cpu_name  # noqa: E402
 from specdec.zoo import load_bundle  # noqa: E402
 
 
@@ -61,8 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=root).stdout.strip()
     dirty = subprocess.run(["git", "status", "--porcelain", "--", "specdec"], capture_output=True, text=True,
                            cwd=root).stdout.strip()  # the engine measured is the checkout's, changes included
-    res = {"env": {"python": platform.python_version(), "torch": torch.__version__, "cpu": platform.processor() or
-                   platform.machine(), "load_average": os.getloadavg(), "commit": commit + ("+changes" if dirty else ""),
+    res = {"env": {"python": platform.python_version(), "torch": torch.__version__, "cpu": cpu_name(),
+                   "load_average": os.getloadavg(), "commit": commit + ("+changes" if dirty else ""),
                    "date": time.strftime("%Y-%m-%d %H:%M:%S")}, "rows": []}
     lines = [f"cpu_host_step: {json.dumps(res['env'])}"]
     for batch in (1, 4):

@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 
 from specdec.decoder.roofline import memory_bound_run, oracle_run
+from specdec.serving.measure.machine import machine
 from specdec.zoo import load_bundle
-from specdec.zoo.evaluate import _machine
 
 
 def progress(name: str):
@@ -37,7 +37,8 @@ def run(args) -> dict:
                       progress=progress("tiny zoo"), **kw)
     for name, r in (("memory-bound target", big), ("control, the tiny zoo's target", tiny)):
         print(f"== {name} ({r.seconds:.1f} s, load average {r.load_average[0]:.2f}) ==", *r.lines(), sep="\n")
-    return {**_machine(), "load_average_before": [round(x, 2) for x in load_before],
+    return {**machine(torch.get_num_threads(), torch=torch.__version__),
+            "load_average_before": [round(x, 2) for x in load_before],
             "load_average_after": [round(x, 2) for x in os.getloadavg()], "seconds": round(time.perf_counter() - t0, 1),
             "command": " ".join([Path(sys.argv[0]).as_posix()] + sys.argv[1:]),
             "memory_bound": big.as_dict(), "tiny_zoo_target": tiny.as_dict()}

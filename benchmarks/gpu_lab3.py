@@ -38,10 +38,10 @@ sys.path.insert(0, str(ROOT))
 
 from sglang_zoo_check import PROMPTS as CHECK_PROMPTS  # noqa: E402  (benchmarks/ is this script's directory)
 
-from specdec.serving.bench import SweepConfig, format_sweep, run_sweep  # noqa: E402
-from specdec.serving.compare import compare, format_comparison  # noqa: E402
-from specdec.serving.launch import LaunchConfig  # noqa: E402
-from specdec.serving.lifecycle import ServerError, launch  # noqa: E402
+from specdec.serving.measure.bench import SweepConfig, format_sweep, run_sweep  # noqa: E402
+from specdec.serving.measure.compare import compare, format_comparison  # noqa: E402
+from specdec.serving.ops.launch import LaunchConfig  # noqa: E402
+from specdec.serving.ops.lifecycle import ServerError, launch  # noqa: E402
 
 ZOO = ROOT / "specdec" / "zoo" / "tiny"
 CHAIN = dict(num_steps=3, topk=1, num_draft_tokens=4)
@@ -450,7 +450,7 @@ def render_zoo() -> str:
     """The section on `zoo`'s run."""
     from page import RES, provenance, table
 
-    from specdec.serving.records import acceptance_by_position
+    from specdec.serving.measure.records import acceptance_by_position
 
     d = RES / "gpu_lab3" / "zoo"
     if not (d / "summary.json").is_file():
@@ -484,7 +484,7 @@ def render_zoo() -> str:
             ["benchmarks/results/gpu_lab3/zoo/"])}
 
 SGLang {env["sglang"]} from the offline pack, torch {env["torch"]}: five servers of the shipped tiny target (with its
-retrained MTP layer) started together by the course's launcher (`specdec.serving.lifecycle.launch`), triton attention,
+retrained MTP layer) started together by the course's launcher (`specdec.serving.ops.lifecycle.launch`), triton attention,
 radix cache off, chains of 3 drafts (top-k 1, 4 draft tokens; NGRAM 4 draft tokens), then measured one at a time by
 `specdec bench`'s sweep: prompt categories predictable, code and open,
 128 new tokens (ignore_eos), concurrency 1 and 16, the cache flushed before each run. "Accept length (4 prompts)" is the

@@ -142,7 +142,7 @@ stop_launcher() {  # SIGTERM to the launcher, then up to 90 s for it to stop its
 
 cleanup() {  # whatever happens: no launcher, no server left
   if [ -n "$LAUNCHER" ] && kill -0 "$LAUNCHER" 2>/dev/null; then stop_launcher "$LAUNCHER" > /dev/null; fi
-  "$PY" -c "from specdec.serving.lifecycle import reap_stale; reap_stale()" 2>/dev/null
+  "$PY" -c "from specdec.serving.ops.lifecycle import reap_stale; reap_stale()" 2>/dev/null
 }
 
 run_case() {

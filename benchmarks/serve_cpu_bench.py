@@ -9,16 +9,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import time
 from pathlib import Path
 
 import torch
 
-from specdec.serving.bench import SweepConfig, format_sweep, run_sweep
-from specdec.serving.compare import compare, format_comparison, plot_comparison
-from specdec.serving.launch import LaunchConfig
-from specdec.serving.lifecycle import launch
+from specdec.serving.measure.bench import SweepConfig, format_sweep, run_sweep
+from specdec.serving.measure.compare import compare, format_comparison, plot_comparison
+from specdec.serving.measure.machine import cpu_name
+from specdec.serving.ops.launch import LaunchConfig
+from specdec.serving.ops.lifecycle import launch
 from specdec.zoo import zoo_parts
 
 K = 4
@@ -46,7 +46,7 @@ def main() -> None:
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     levels = tuple(int(c) for c in args.concurrency.split(","))
-    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
+    print(f"{cpu_name()}, {os.cpu_count()} cores, torch {torch.__version__}, "
           f"load average {os.getloadavg()[0]:.2f}; server: specdec serve, 1 CPU thread each, tiny zoo, k = {K}; "
           f"{args.max_new_tokens} new tokens per request, concurrency {levels}", flush=True)
     runs = {}

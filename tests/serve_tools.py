@@ -11,8 +11,8 @@ import requests
 import uvicorn
 
 from specdec.decoder.engine import Engine
-from specdec.serving.scheduler import Scheduler
-from specdec.serving.server import ServerArgs, bind, build_app
+from specdec.serving.server.scheduler import Scheduler
+from specdec.serving.server.app import ServerArgs, bind, build_app
 
 
 @contextmanager

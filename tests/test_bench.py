@@ -13,13 +13,13 @@ import pytest
 from test_launch_lifecycle import standin
 
 from specdec.cli import main as cli
-from specdec.serving import bench
-from specdec.serving.bench import SCHEMA, SweepConfig, bootstrap_tok_s, format_sweep, interval, percentiles, run_sweep
-from specdec.serving.compare import (NO_TREND, SOURCE_MEASURED, SOURCE_RUNS, SOURCE_STEP_TIME, compare, crossover,
+from specdec.serving.measure import bench
+from specdec.serving.measure.bench import SCHEMA, SweepConfig, bootstrap_tok_s, format_sweep, interval, percentiles, run_sweep
+from specdec.serving.measure.compare import (NO_TREND, SOURCE_MEASURED, SOURCE_RUNS, SOURCE_STEP_TIME, compare, crossover,
                                      format_comparison, trend,
                                      plot_comparison)
-from specdec.serving.records import RequestRecord, ServerInfo
-from specdec.serving.lifecycle import RUN_DIR_ENV, launch
+from specdec.serving.measure.records import RequestRecord, ServerInfo
+from specdec.serving.ops.lifecycle import RUN_DIR_ENV, launch
 
 # Seconds per chunk = A + B x streams in flight. A request of 8 tokens takes 7 plain steps after its
 # first token, or 3 speculative ones (chunks 1, 3, 2, 2), which cost more per extra request:

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from specdec.serving.client import Client, ClientError
-from specdec.serving.launch import LaunchConfig, parse_version
-from specdec.serving.lifecycle import launch
+from specdec.serving.measure.client import Client, ClientError
+from specdec.serving.ops.launch import LaunchConfig, parse_version
+from specdec.serving.ops.lifecycle import launch
 
 PROMPT = "Monday, Tuesday, Wednesday,"
 N = 16  # tokens per request (ignore_eos)
@@ -68,7 +68,7 @@ def test_speculative_counters_are_consistent(server, info):
     rec = server[0].generate(PROMPT, max_new_tokens=N, ignore_eos=True)
     s, width = rec.spec, info.num_draft_tokens
     assert s is not None and 1 <= s.verify_ct <= N - 1
-    assert 1 <= rec.accept_length <= width
+    assert 1 <= rec.tau <= width
     assert s.verify_ct >= math.ceil((N - 1) / width)  # a verify step commits at most num_draft_tokens tokens
     assert s.server_accept_length == pytest.approx(N / s.verify_ct, rel=1e-6)  # SGLang's definition
     if s.histogram is not None:

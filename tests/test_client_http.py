@@ -7,8 +7,8 @@ import time
 import pytest
 from test_launch_lifecycle import standin
 
-from specdec.serving.client import Client, ClientError
-from specdec.serving.lifecycle import RUN_DIR_ENV, launch
+from specdec.serving.measure.client import Client, ClientError
+from specdec.serving.ops.lifecycle import RUN_DIR_ENV, launch
 
 DELAY = 0.05  # seconds before each chunk
 
@@ -31,7 +31,7 @@ def test_generate_stream_times_each_chunk_and_divides_by_its_tokens(server):
     assert all(len(set(itl)) == 1 for itl in per_chunk)
     last_chunk = rec.ttft + sum(rec.itl)
     assert last_chunk >= 4 * DELAY * 0.99 and last_chunk <= rec.e2e_latency + 1e-9
-    assert rec.spec.verify_ct == 3 and rec.accept_length == pytest.approx(9 / 3)
+    assert rec.spec.verify_ct == 3 and rec.tau == pytest.approx(9 / 3)
     assert rec.text.split() == [f"t{i}" for i in range(10)]
 
 

@@ -8,12 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from specdec.serving.records import (
+from specdec.serving.measure.records import (
     MetricsSnapshot,
     RequestRecord,
     ServerInfo,
     SpecStats,
-    accept_length,
     accept_length_sglang,
     acceptance_by_position,
     aggregate_acceptance,
@@ -22,7 +21,8 @@ from specdec.serving.records import (
     parse_prometheus,
     record_from_response,
     record_from_stream,
-    tokens_per_verify,
+    tau,
+    tau_from_histogram,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang"
@@ -39,10 +39,10 @@ def zoo_records(mode: str) -> list[RequestRecord]:
 def test_per_request_accept_length_and_sglangs_own_field(mode):
     for rec in zoo_records(mode):
         m, ct = rec.meta_info, rec.spec.verify_ct
-        assert rec.accept_length == pytest.approx((m["completion_tokens"] - 1) / ct)
+        assert rec.tau == pytest.approx((m["completion_tokens"] - 1) / ct)
         # SGLang's spec_accept_length counts the prefill token: completion / verify, exactly
         assert accept_length_sglang(rec.completion_tokens, ct) == pytest.approx(m["spec_accept_length"], rel=1e-12)
-        assert rec.accept_length < rec.spec.server_accept_length
+        assert rec.tau < rec.spec.server_accept_length
         h = rec.spec.histogram
         assert sum(h) == ct and sum(i * x for i, x in enumerate(h)) == rec.spec.correct_drafts
         assert rec.spec.proposed_drafts == 3 * ct  # chain of 3 drafts per verify (topk 1, 4 draft tokens)
@@ -56,7 +56,7 @@ def test_token_weighted_acceptance_across_requests_on_the_nextn_record():
     # the recording script weighted SGLang's way, sum(completion) / sum(verify)
     assert agg["accept_length_sglang"] == pytest.approx(ZOO["nextn"]["accept_length_weighted_by_script"])
     # token weighting is not the mean of per-request values
-    mean = sum(r.accept_length for r in zoo_records("nextn")) / 4
+    mean = sum(r.tau for r in zoo_records("nextn")) / 4
     assert abs(mean - agg["accept_length"]) > 0.05
     # summed histogram [51, 22, 22, 89]: position j accepted in sum(h[j:]) / 184 of the verify steps
     assert agg["acceptance_by_position"] == pytest.approx([133 / 184, 111 / 184, 89 / 184])
@@ -71,7 +71,7 @@ def test_server_wide_average_is_read_but_differs_from_the_per_request_figure():
 
 def test_plain_decoding_has_no_acceptance():
     recs = zoo_records("plain")
-    assert all(r.spec is None and r.accept_length is None for r in recs)
+    assert all(r.spec is None and r.tau is None for r in recs)
     assert aggregate_acceptance(recs)["accept_length"] is None
 
 
@@ -79,13 +79,13 @@ def test_per_position_acceptance_from_the_h200_histogram():
     h = META["0.5.16_spec"]["spec_correct_drafts_histogram"]  # [80, 59, 14, 4] over 157 verify steps
     assert acceptance_by_position(h) == pytest.approx([77 / 157, 18 / 157, 4 / 157])
     assert conditional_acceptance_by_position(h) == pytest.approx([77 / 157, 18 / 77, 4 / 18])
-    assert tokens_per_verify(h) == pytest.approx(1 + 99 / 157)
+    assert tau_from_histogram(h) == pytest.approx(1 + 99 / 157)
     assert math.isnan(conditional_acceptance_by_position([5, 0, 0])[1])
     for bad in ([], [0, 0], [3, -1]):
         with pytest.raises(ValueError):
             acceptance_by_position(bad)
     with pytest.raises(ValueError):
-        accept_length(10, 0)
+        tau(10, 0)
 
 
 @pytest.mark.parametrize("version", ["0.5.10_spec", "0.5.16_spec", "0.5.23_spec"])
@@ -93,7 +93,7 @@ def test_every_versions_field_names_give_the_same_counters(version):
     s = SpecStats.from_meta(META[version])
     assert (s.verify_ct, s.correct_drafts, s.proposed_drafts, s.histogram) == (157, 99, 471, [80, 59, 14, 4])
     rec = record_from_response("generate", {"meta_info": META[version]}, 1.0)
-    assert rec.accept_length == pytest.approx(255 / 157)
+    assert rec.tau == pytest.approx(255 / 157)
 
 
 @pytest.mark.parametrize("version", ["0.5.16_plain", "0.5.5_plain"])
@@ -110,7 +110,7 @@ def test_the_generate_stream_divides_each_gap_by_the_tokens_of_its_chunk():
     assert len(rec.itl) == rec.completion_tokens - 1
     assert rec.text == " Tuesday, Wednesday Thursday, Friday,"
     assert rec.tpot == pytest.approx((0.281 - 0.2) / 7)
-    assert rec.accept_length == pytest.approx(7 / 3) and rec.spec.histogram == [1, 0, 2, 0]
+    assert rec.tau == pytest.approx(7 / 3) and rec.spec.histogram == [1, 0, 2, 0]
     assert rec.verify_time == pytest.approx((0.281 - 0.2) / 3)
     assert rec.finish_reason == {"type": "length", "length": 8} and rec.server_e2e_latency == 0.279
 
@@ -187,17 +187,17 @@ def test_summary_is_json_without_text():
 
 
 def test_one_token_weighted_accept_length_for_records_runs_and_metas():
-    """records.pooled_accept_length is the one rule: a request of 11 tokens over 2 steps and one of 31 over 5
+    """records.pooled_tau is the one rule: a request of 11 tokens over 2 steps and one of 31 over 5
     give (10 + 30) / 7, not the mean of 5.0 and 6.0; parts without verify steps are left out."""
     from specdec.grading.lab3 import reference_overall_accept_length
-    from specdec.serving.compare import accept_length_of
-    from specdec.serving.records import pooled_accept_length
+    from specdec.serving.measure.compare import tau_of_runs
+    from specdec.serving.measure.records import pooled_tau
 
-    assert pooled_accept_length([(11, 1, 2), (31, 1, 5), (9, 1, 0)]) == pytest.approx(40 / 7)
-    assert pooled_accept_length([(9, 1, None)]) is None
+    assert pooled_tau([(11, 1, 2), (31, 1, 5), (9, 1, 0)]) == pytest.approx(40 / 7)
+    assert pooled_tau([(9, 1, None)]) is None
     metas = [{"completion_tokens": 11, "spec_verify_ct": 2}, {"completion_tokens": 31, "spec_verify_ct": 5},
              {"completion_tokens": 9}]
     assert reference_overall_accept_length(metas) == pytest.approx(40 / 7)
     runs = [{"spec_completion_tokens": 42, "spec_requests": 2, "spec_verify_ct": 7},
             {"spec_completion_tokens": 9, "spec_requests": 1, "spec_verify_ct": None}]
-    assert accept_length_of(runs) == pytest.approx(40 / 7)
+    assert tau_of_runs(runs) == pytest.approx(40 / 7)

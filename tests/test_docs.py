@@ -70,7 +70,7 @@ def test_the_guide_names_only_real_verbs_and_the_pins_preflight_checks():
     import subprocess
 
     from specdec.cli import COMMANDS
-    from specdec.serving.preflight import TORCH_PINS, TRANSFORMERS_PINS
+    from specdec.serving.ops.preflight import TORCH_PINS, TRANSFORMERS_PINS
 
     text = GUIDE.read_text()
     assert set(re.findall(r"`specdec (\w+)", text)) <= set(COMMANDS)

@@ -197,8 +197,8 @@ WRAPPERS = {
         "    return getattr(__import__('specdec.grading.lab3').grading.lab3, 'reference_accept_length_of')(meta)",
         'check("lab3.q1")', "def acceptance_by_position(histogram):\n"
         "    return [sum(histogram[i:]) / sum(histogram) for i in range(1, len(histogram))]", 'check("lab3.q3")',
-        "from specdec.serving.records import acceptance_by_position as _by_position\n"
-        "from specdec.grading.lab3 import reference_crossover as crossover_concurrency", 'check("lab3.q5")'],
+        "from specdec.serving.measure.records import acceptance_by_position as _by_position\n"
+        "from specdec.grading.lab3 import reference_first_level_not_paying as crossover_concurrency", 'check("lab3.q5")'],
 }
 WRAPPED = {1: ["lab1.q1", "lab1.q2"], 2: ["lab2.q2", "lab2.q5"], 3: ["lab3.q1", "lab3.q5"]}  # q5: the reference itself
 SEEN_IN_SOURCE = {"lab1.q1", "lab2.q2", "lab3.q1"}

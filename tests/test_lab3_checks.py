@@ -8,7 +8,7 @@ from notebook_tools import assert_check_contract
 
 from specdec.grading import exercises_for_lab, lab3
 from specdec.grading.registry import get_exercise, run_check
-from specdec.serving import records
+from specdec.serving.measure import records
 
 SEEDS = [0, 1, 2, 3, 4]
 
@@ -17,7 +17,7 @@ SEEDS = [0, 1, 2, 3, 4]
 
 
 def accept_length_of(meta):
-    return records.accept_length(meta["completion_tokens"], meta["spec_verify_ct"]) if meta.get("spec_verify_ct") else None
+    return records.tau(meta["completion_tokens"], meta["spec_verify_ct"]) if meta.get("spec_verify_ct") else None
 
 
 def overall_accept_length(metas):

@@ -13,7 +13,7 @@ from test_launch_lifecycle import standin
 
 import specdec.cli.launch as launch_cli
 from specdec.cli import main as cli
-from specdec.serving.lifecycle import RUN_DIR_ENV, launch, pid_alive
+from specdec.serving.ops.lifecycle import RUN_DIR_ENV, launch, pid_alive
 from specdec.zoo import resolve
 
 ZOO = resolve("tiny")

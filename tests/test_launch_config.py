@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from specdec.serving.gpu import GIB
-from specdec.serving.launch import LaunchConfig, LaunchConfigError, parse_version
+from specdec.serving.ops.gpu import GIB
+from specdec.serving.ops.launch import LaunchConfig, LaunchConfigError, parse_version
 
 EAGLE = dict(algorithm="EAGLE", draft="/m/eagle", num_steps=3, topk=1, num_draft_tokens=4)
 
@@ -155,7 +155,7 @@ def test_specdec_serve_refusals():
 
 
 def test_auto_backend_is_specdec_without_sglang_and_a_gpu(monkeypatch):
-    import specdec.serving.launch as launch
+    import specdec.serving.ops.launch as launch
 
     monkeypatch.setattr(launch.importlib.util, "find_spec", lambda name: None)
     assert LaunchConfig("tiny").resolved_backend() == "specdec"

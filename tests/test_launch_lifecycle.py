@@ -19,19 +19,19 @@ from pathlib import Path
 
 import pytest
 
-from specdec.serving.client import Client, ClientError
-from specdec.serving.launch import LaunchConfig
-from specdec.serving.lifecycle import (
+from specdec.serving.measure.client import Client, ClientError
+from specdec.serving.ops.launch import LaunchConfig
+from specdec.serving.ops.lifecycle import (
     RUN_DIR_ENV,
     ServerCommand,
     ServerError,
-    free_port,
     launch,
     pid_alive,
     reap_stale,
     session_members,
     start_ticks,
 )
+from specdec.serving.ops.ports import free_port
 
 STANDIN = Path(__file__).parent / "fixtures" / "standin_server.py"
 ROOT = Path(__file__).resolve().parents[1]
@@ -158,7 +158,7 @@ LAUNCHER = """
 import sys, time
 sys.path.insert(0, {tests!r})
 from test_launch_lifecycle import standin
-from specdec.serving.lifecycle import launch
+from specdec.serving.ops.lifecycle import launch
 server = launch(standin(*{options!r}), timeout=120, progress=False)
 print("started", server.pid, flush=True)
 time.sleep({linger})
@@ -261,16 +261,17 @@ def test_pid_file_names_the_server_and_its_launcher(run_dir):
 
 
 def test_one_port_test_for_the_launcher_the_room_and_preflight():
-    """lifecycle.port_free is the one test (a bind, with SO_REUSEADDR as the servers set it); the room and preflight
-    use it too."""
+    """ports.port_free is the one test (a bind, with SO_REUSEADDR as the servers set it); the launcher, the room and
+    preflight use it too."""
     import socket
 
-    from specdec.serving import lifecycle, preflight, room
+    from specdec.serving.ops import lifecycle, ports, preflight, room
 
-    assert room.port_free is lifecycle.port_free and preflight.port_free is lifecycle.port_free
+    assert room.port_free is ports.port_free and preflight.port_free is ports.port_free
+    assert lifecycle.port_taken is ports.port_taken and lifecycle.free_port is ports.free_port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        assert not lifecycle.port_free(port) and lifecycle.port_taken("127.0.0.1", port)
-    assert lifecycle.port_free(port)
+        assert not ports.port_free(port) and ports.port_taken("127.0.0.1", port)
+    assert ports.port_free(port)

@@ -21,7 +21,7 @@ import requests
 from test_launch_lifecycle import logged_pids, standin
 
 from specdec.cli import main as cli
-from specdec.serving.lifecycle import (
+from specdec.serving.ops.lifecycle import (
     RUN_DIR_ENV,
     STOP_SIGNALS,
     StopSignal,
@@ -32,7 +32,7 @@ from specdec.serving.lifecycle import (
     session_members,
     stop_on_signals,
 )
-from specdec.serving.room import read_state, stop_room
+from specdec.serving.ops.room import read_state, stop_room
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).parent
@@ -167,7 +167,7 @@ sys.path.insert(0, {tests!r})
 from test_launch_lifecycle import standin
 import specdec.cli.launch as verb
 from specdec.cli import main
-from specdec.serving import lifecycle
+from specdec.serving.ops import lifecycle
 verb.launch = lambda cfg, **kw: lifecycle.launch(standin(*{options!r}), timeout=kw["timeout"], progress=False)
 sys.exit(main(["launch", "--backend", "specdec"]))
 """

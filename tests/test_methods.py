@@ -7,7 +7,7 @@ import pytest
 
 from specdec.decoder import bundle, engine
 from specdec.decoder.methods import METHODS, PARTS, method_named
-from specdec.serving import launch
+from specdec.serving.ops import launch
 
 
 @pytest.mark.parametrize("spelling, name", [("ar", "ar"), ("none", "ar"), ("plain", "ar"), ("MTP", "mtp"),

@@ -12,9 +12,9 @@ from dataclasses import replace
 
 import pytest
 
-from specdec.serving import gpu
-from specdec.serving.gpu import GIB, MIB, Gpu, MemoryPlanError, ServerNeeds, memory_plan
-from specdec.serving.preflight import Facts, ModelFacts, choose_mode, exit_status, inspect_model, pinned, run_checks
+from specdec.serving.ops import gpu
+from specdec.serving.ops.gpu import GIB, MIB, Gpu, MemoryPlanError, ServerNeeds, memory_plan
+from specdec.serving.ops.preflight import Facts, ModelFacts, choose_mode, exit_status, inspect_model, pinned, run_checks
 from specdec.zoo import zoo_parts
 
 TINY = zoo_parts("tiny")

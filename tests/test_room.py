@@ -21,10 +21,10 @@ from test_launch_lifecycle import standin as standin_command
 
 import specdec.cli.room as verb
 from specdec.cli import main
-from specdec.serving.gpu import GIB, MIB, Gpu, ServerNeeds
-from specdec.serving.launch import LaunchConfig
-from specdec.serving.lifecycle import RUN_DIR_ENV, ServerCommand, ServerError, launch, pid_alive, session_members
-from specdec.serving.room import (
+from specdec.serving.ops.gpu import GIB, MIB, Gpu, ServerNeeds
+from specdec.serving.ops.launch import LaunchConfig
+from specdec.serving.ops.lifecycle import RUN_DIR_ENV, ServerCommand, ServerError, launch, pid_alive, session_members
+from specdec.serving.ops.room import (
     ENV_KEY,
     ENV_SPEC_URL,
     ENV_URL,

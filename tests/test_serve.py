@@ -269,7 +269,7 @@ def test_chat_needs_the_models_chat_template():
     from types import SimpleNamespace
 
     from specdec.decoder.bundle import load_tokenizer
-    from specdec.serving.protocol import BadRequest, chat_prompt
+    from specdec.serving.server.protocol import BadRequest, chat_prompt
     from specdec.zoo import zoo_parts
 
     with pytest.raises(BadRequest, match="no chat template"):

@@ -291,7 +291,7 @@ def test_the_listening_line_is_true_when_printed():
 
 DYING = """
 import sys
-from specdec.serving import scheduler
+from specdec.serving.server import scheduler
 def planted(self, handles):
     raise SystemError("planted engine bug")
 scheduler.Scheduler._admit = planted
@@ -316,7 +316,7 @@ def test_a_dead_engine_exits_the_process_non_zero():
 def test_responses_are_not_held_back_by_nagle():
     """The listening socket sets TCP_NODELAY, and the connections it accepts inherit it (a response's head and
     body are separate writes: without it each kept-alive response waited 40 ms for a delayed ACK)."""
-    from specdec.serving.server import bind
+    from specdec.serving.server.app import bind
 
     sock = bind("127.0.0.1", 0)
     try:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from specdec.grading.registry import get_exercise, run_check
-from specdec.serving import records
-from specdec.serving.records import MetricsSnapshot, ServerInfo, record_from_response, record_from_stream
+from specdec.serving.measure import records
+from specdec.serving.measure.records import MetricsSnapshot, ServerInfo, record_from_response, record_from_stream
 
 REAL = json.loads((Path(__file__).parent / "fixtures" / "sglang" / "real_0516_zoo.json").read_text())["servers"]
 SPEC = ("nextn", "eagle")
@@ -27,21 +27,21 @@ def test_generate_counters_agree_with_each_other(name):
     assert rec.completion_tokens == len(body["output_ids"]) == m["completion_tokens"]
     # the server's accept length divides every completion token; ours leaves out the prefill's
     assert m["spec_accept_length"] == pytest.approx(m["completion_tokens"] / m["spec_verify_ct"])
-    assert rec.accept_length == pytest.approx((m["completion_tokens"] - 1) / m["spec_verify_ct"])
+    assert rec.tau == pytest.approx((m["completion_tokens"] - 1) / m["spec_verify_ct"])
     hist = rec.spec.histogram
     assert sum(hist) == rec.spec.verify_ct and len(hist) == 4  # 0..3 drafts accepted per verify (3 steps)
     assert sum(i * h for i, h in enumerate(hist)) == rec.spec.correct_drafts == m["spec_num_correct_drafts"]
     assert rec.spec.proposed_drafts == 3 * rec.spec.verify_ct
     # the histogram's tokens per verify step account for every token after the prefill's, except those the
     # token budget cut from the last step (at most its 3 drafts)
-    emitted = records.tokens_per_verify(hist) * rec.spec.verify_ct
+    emitted = records.tau_from_histogram(hist) * rec.spec.verify_ct
     assert emitted - 3 <= m["completion_tokens"] - 1 <= emitted
 
 
 def test_plain_generate_has_no_speculative_counters():
     body = REAL["plain"]["generate"]["response"]
     rec = record_from_response("generate", body, 0.1)
-    assert rec.spec is None and rec.accept_length is None
+    assert rec.spec is None and rec.tau is None
     assert not [k for k in body["meta_info"] if k.startswith("spec_")]
 
 
@@ -136,7 +136,7 @@ def test_chat_with_the_zoos_template_matches_specdec_serve():
     """With the template the zoo now ships, SGLang serves chat; its prompt is the one specdec serve renders
     (same token count), and the streamed chat folds to the unstreamed answer."""
     from specdec.decoder.bundle import load_tokenizer
-    from specdec.serving.protocol import chat_prompt
+    from specdec.serving.server.protocol import chat_prompt
     from specdec.zoo import zoo_parts
 
     rec = REAL["nextn"]["chat_with_template"]

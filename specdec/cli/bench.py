@@ -16,10 +16,10 @@ import json
 from pathlib import Path
 
 from specdec.cli.common import UsageError
-from specdec.serving.bench import DEFAULT_MIN_RUN_S, ENDPOINTS, SCHEMAS, SweepConfig, format_sweep, run_sweep
-from specdec.serving.client import ClientError
-from specdec.serving.compare import compare, format_comparison, plot_comparison
-from specdec.serving.prompts import CATEGORIES
+from specdec.serving.measure.bench import DEFAULT_MIN_RUN_S, ENDPOINTS, SCHEMAS, SweepConfig, format_sweep, run_sweep
+from specdec.serving.measure.client import ClientError
+from specdec.serving.measure.compare import compare, format_comparison, plot_comparison
+from specdec.serving.measure.prompts import CATEGORIES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

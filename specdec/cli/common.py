@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 
 
 class UsageError(Exception):
@@ -31,17 +30,3 @@ def threads(args: argparse.Namespace) -> int:
     if args.threads < 1:
         raise UsageError(f"--threads must be >= 1, got {args.threads}")
     return args.threads
-
-
-def machine(threads: int) -> str:
-    """What a timing was taken on, to print beside it: cores, threads, load average."""
-    return f"{os.cpu_count()} cores, {threads} thread(s), load average {os.getloadavg()[0]:.2f}"
-
-
-def busy_warning() -> str | None:
-    """A warning when other work is running: timings are then slower and noisier than the machine's."""
-    load, cores = os.getloadavg()[0], os.cpu_count() or 1
-    if load > 0.75 * cores:
-        return (f"warning: this machine is busy (load average {load:.2f} on {cores} cores): the timings above are "
-                "slower and noisier than it can do; run again when it is idle")
-    return None

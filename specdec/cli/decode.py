@@ -8,9 +8,10 @@ import os
 
 import torch
 
-from specdec.cli.common import UsageError, add_threads, busy_warning, machine, threads
+from specdec.cli.common import UsageError, add_threads, threads
 from specdec.decoder.engine import Engine
 from specdec.decoder.methods import METHODS
+from specdec.serving.measure.machine import busy_warning, machine_line
 from specdec.zoo import ModelNotFound, load_bundle
 
 DEFAULT_PROMPT = "import os\nimport sys\n\n\ndef main(argv):\n"
@@ -101,7 +102,7 @@ def main(args) -> int:
     if base is not None:
         print(f"plain decoding {base.tokens_per_s:.1f} tokens/s -> speedup {out['speedup']:.2f}x"
               + (f"; identical output: {out['same_as_plain']}" if args.temperature == 0 else ""))
-    print(f"timed on {device}: {machine(torch.get_num_threads())}")
+    print(f"timed on {device}: {machine_line(torch.get_num_threads())}")
     if (warn := busy_warning()) and not device.startswith("cuda"):
         print(warn)
     return 0

@@ -14,9 +14,9 @@ import sys
 import time
 
 from specdec.cli.common import UsageError
-from specdec.serving.gpu import fa3_present
-from specdec.serving.launch import ALGORITHMS, ALIASES, BACKENDS, LaunchConfig, LaunchConfigError, detect_backend
-from specdec.serving.lifecycle import ServerError, StopSignal, launch, stop_on_signals
+from specdec.serving.ops.gpu import fa3_present
+from specdec.serving.ops.launch import ALGORITHMS, ALIASES, BACKENDS, LaunchConfig, LaunchConfigError, detect_backend
+from specdec.serving.ops.lifecycle import ServerError, StopSignal, launch, stop_on_signals
 from specdec.zoo import ModelNotFound, resolve
 
 DRAFT_PART = {"EAGLE": "eagle", "EAGLE3": "eagle", "STANDALONE": "draft"}  # the zoo part each draft-taking algorithm uses

@@ -15,9 +15,9 @@ import re
 import tempfile
 
 from specdec.cli.common import UsageError
-from specdec.serving.gpu import DEFAULT_HEADROOM, module_present
-from specdec.serving.lifecycle import run_dir
-from specdec.serving.preflight import (
+from specdec.serving.ops.gpu import DEFAULT_HEADROOM, module_present
+from specdec.serving.ops.lifecycle import run_dir
+from specdec.serving.ops.preflight import (
     MODES,
     ModelFacts,
     Probe,

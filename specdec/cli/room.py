@@ -16,10 +16,10 @@ from pathlib import Path
 
 from specdec.cli.common import UsageError
 from specdec.cli.launch import zoo_dirs
-from specdec.serving.gpu import DEFAULT_HEADROOM, MemoryPlanError, ServerNeeds, fa3_present, query_gpus, server_needs
-from specdec.serving.launch import ALGORITHMS, ALIASES, NEEDS_DRAFT, LaunchConfig, LaunchConfigError, detect_backend
-from specdec.serving.lifecycle import stop_on_signals
-from specdec.serving.room import (
+from specdec.serving.ops.gpu import DEFAULT_HEADROOM, MemoryPlanError, ServerNeeds, fa3_present, query_gpus, server_needs
+from specdec.serving.ops.launch import ALGORITHMS, ALIASES, NEEDS_DRAFT, LaunchConfig, LaunchConfigError, detect_backend
+from specdec.serving.ops.lifecycle import stop_on_signals
+from specdec.serving.ops.room import (
     Room,
     RoomError,
     export_line,

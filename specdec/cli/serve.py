@@ -11,8 +11,8 @@ import torch
 from specdec.cli.common import UsageError, add_threads, threads
 from specdec.decoder.engine import Engine
 from specdec.decoder.methods import METHODS, SPELLINGS, method_named
-from specdec.serving.scheduler import Scheduler
-from specdec.serving.server import ServerArgs, bind, describe, run, warm_up
+from specdec.serving.server.scheduler import Scheduler
+from specdec.serving.server.app import ServerArgs, bind, describe, run, warm_up
 from specdec.zoo import ModelNotFound, load_bundle
 
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import torch
 
-from specdec.cli.common import busy_warning, machine
 from specdec.decoder.methods import LABELS
 from specdec.decoder.engine import Engine
 from specdec.decoder.roofline import StepCosts, memory_bound_run, read_floor
+from specdec.serving.measure.machine import busy_warning, machine_line
 from specdec.zoo import load_bundle
 from specdec.zoo.evaluate import line_prompt, trained_tokenizer
 from specdec.zoo.report import table
@@ -81,7 +81,7 @@ def tour_lab2(outdir: str | Path = "tour-output", threads: int = 1, memory_bound
                      "tokens_per_s": tps, "speedup": tps / plain_tps, "steps": res.steps,
                      "identical": all(r.tokens == plain_tokens for r in runs[m])})
     lines = [f"== Lab 2: static-k speculative decoding on the tiny zoo (CPU, fp32, greedy, k={K}, batch 1, "
-             f"{len(plain_tokens[0])} new tokens, median of {REPEATS} runs; {machine(torch.get_num_threads())}) ==",
+             f"{len(plain_tokens[0])} new tokens, median of {REPEATS} runs; {machine_line(torch.get_num_threads())}) ==",
              f"prompt: {tok.decode(prompt[0])!r}",
              table(["method", "tau", "acceptance by position", "target forwards", "tokens/s", "speedup", "identical"],
                    [[LABELS[r["method"]], f"{r['tau']:.2f}", " ".join(f"{x:.2f}" for x in r["by_position"]) or "-",
@@ -130,7 +130,7 @@ def _memory_bound(mtp: StepCosts, mtp_tau: float) -> list[str]:
              f"speculative step costs about its verify, {c.verify / c.plain:.2f} plain steps, for {run.tau_measured:.2f} "
              f"tokens. The MTP layer above paid {K * mtp.draft / mtp.plain:.1f} + {mtp.verify / mtp.plain:.1f} plain steps "
              f"for {mtp_tau:.2f} tokens; its {K} drafts took {K * mtp.draft * 1e3:.1f} ms, {K * mtp.draft / c.plain:.2f} of a "
-             f"plain step of this target. ({run.seconds:.1f} s; {machine(run.threads)})"]
+             f"plain step of this target. ({run.seconds:.1f} s; {machine_line(run.threads)})"]
     if warn := busy_warning():
         lines.append(warn)
     print("\n".join(lines[1:]), flush=True)

@@ -1,7 +1,7 @@
 """Lab 3's exercises (live speculative servers), declared as data: see exercise.py.
 
 The cases are response records in SGLang's real shapes (0.5.16 names with their aliases, or 0.5.23's
-names only, at random), sweep results and launch scenarios; the references are specdec.serving's.
+names only, at random), sweep results and launch scenarios; the references are specdec.serving.measure's.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import numpy as np
 
 from specdec.grading.answers import close, number, short
 from specdec.grading.exercise import Case, Exercise, Part, WrongShape
-from specdec.serving import records
-from specdec.serving.launch import LaunchConfig, LaunchConfigError
+from specdec.serving.measure import records
+from specdec.serving.ops.launch import LaunchConfig, LaunchConfigError
 
 # --- response records ----------------------------------------------------------------------------
 
@@ -60,7 +60,7 @@ def reference_accept_length_of(meta: dict) -> float | None:
     """(completion_tokens - 1) / spec_verify_ct, or None without counters."""
     if not meta.get("spec_verify_ct"):
         return None
-    return records.accept_length(meta["completion_tokens"], meta["spec_verify_ct"])
+    return records.tau(meta["completion_tokens"], meta["spec_verify_ct"])
 
 
 def judge_maybe_number(name: str):
@@ -97,12 +97,12 @@ Q1 = Exercise(
     parts=(Part(one_meta_cases, judge_maybe_number("accept_length_of"), reference_accept_length_of,
                 what="responses"),),
     stand_in="specdec.grading.lab3:reference_accept_length_of",
-    answered_by=("specdec.serving.records:accept_length",),  # what the reference hands it to
+    answered_by=("specdec.serving.measure.records:tau",),  # what the reference hands it to
 )
 
 
 def reference_overall_accept_length(metas: list[dict]) -> float | None:
-    return records.pooled_accept_length((m["completion_tokens"], 1, m.get("spec_verify_ct")) for m in metas)
+    return records.pooled_tau((m["completion_tokens"], 1, m.get("spec_verify_ct")) for m in metas)
 
 
 def many_meta_cases(rng: np.random.Generator) -> list[Case]:
@@ -227,7 +227,12 @@ Q4 = Exercise(
 # --- q5: the crossover -----------------------------------------------------------------------------
 
 
-def reference_crossover(levels, plain, spec):
+def reference_first_level_not_paying(levels, plain, spec):
+    """q5's answer (the exercise's crossover_concurrency): the first level, ascending, where speculation no
+    longer pays (spec <= plain tok/s); None if it always pays. A plain reading of one sweep: no interpolation
+    and no intervals. What the course reports as the crossover is specdec.serving.measure.compare.crossover:
+    interpolated in log(concurrency) between the levels either side of 1, named only where the intervals
+    clear 1."""
     return next((c for c, p, s in zip(levels, plain, spec) if s <= p), None)
 
 
@@ -262,8 +267,8 @@ def judge_crossover(case: Case, got: Any, want) -> str | None:
 
 Q5 = Exercise(
     id="lab3.q5", points=1, title="where speculation stops paying", reads="crossover_concurrency",
-    signature="(levels, plain_tok_s, spec_tok_s)", parts=(Part(crossover_cases, judge_crossover, reference_crossover,
-                                                               what="sweeps"),),
+    signature="(levels, plain_tok_s, spec_tok_s)",
+    parts=(Part(crossover_cases, judge_crossover, reference_first_level_not_paying, what="sweeps"),),
 )
 
 

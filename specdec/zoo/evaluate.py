@@ -14,8 +14,6 @@ import codeop
 import datetime
 import json
 import math
-import platform
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -27,6 +25,7 @@ from tqdm.auto import tqdm
 from specdec.decoder.bundle import ModelNotFound, load_bundle
 from specdec.decoder.methods import METHODS as ALL_METHODS
 from specdec.decoder.engine import Engine
+from specdec.serving.measure.machine import machine
 from specdec.zoo import report
 from specdec.zoo.corpus import CATEGORIES, build_corpus
 from specdec.zoo.recipes import RECIPES
@@ -190,19 +189,6 @@ def judge_goals(fig: dict) -> list[dict]:
     return goals
 
 
-def _machine() -> dict:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": cpu, "threads": torch.get_num_threads(), "torch": torch.__version__,
-            "python": sys.version.split()[0], "platform": platform.platform()}
-
-
 def fingerprint(root: Path) -> dict[str, tuple[int, int]]:
     """Size and modification time of every file of the zoo but zoo.json: was it replaced meanwhile?"""
     return {str(f.relative_to(root)): (f.stat().st_size, f.stat().st_mtime_ns)
@@ -289,7 +275,8 @@ def evaluate_zoo(root: Path, prompts: int = 8, new_tokens: int = 48, write: bool
         "measured": {"command": f"specdec zoo eval {meta.get('name', root.name)} --prompts {prompts} "
                                 f"--new-tokens {new_tokens}" + (" --write" if write else ""),
                      "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-                     "device": "cpu", "dtype": "float32", "decoding": "greedy", **_machine(),
+                     "device": "cpu", "dtype": "float32", "decoding": "greedy",
+                     **machine(torch.get_num_threads(), torch=torch.__version__),
                      "seconds": None, "heldout_docs": corpus.summary()["heldout_docs"]},
         "prompts": {"per_category": prompts, "new_tokens": new_tokens,
                     "prompt_tokens": {c: sum(map(len, p)) for c, p in cat_prompts.items()},

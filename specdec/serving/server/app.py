@@ -27,9 +27,9 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from specdec import __version__
 from specdec.decoder.engine import Engine, SamplingParams
 from specdec.decoder.kv_cache import KVCache
-from specdec.serving import protocol
-from specdec.serving.protocol import BadRequest
-from specdec.serving.scheduler import EngineError, Handle, Progress, Request, Scheduler
+from specdec.serving.server import protocol
+from specdec.serving.server.protocol import BadRequest
+from specdec.serving.server.scheduler import EngineError, Handle, Progress, Request, Scheduler
 
 API_VERSION = "0.5.16"  # the SGLang release whose response shapes this server follows
 POLL_S = 0.5  # how often a non-streaming request checks that its caller is still there

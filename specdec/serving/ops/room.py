@@ -21,22 +21,22 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specdec.serving.client import Client, ClientError
-from specdec.serving.gpu import Gpu, MemoryPlan, ServerNeeds, memory_plan
-from specdec.serving.launch import LaunchConfig
-from specdec.serving.lifecycle import (
+from specdec.serving.measure.client import Client, ClientError
+from specdec.serving.ops.gpu import Gpu, MemoryPlan, ServerNeeds, memory_plan
+from specdec.serving.ops.launch import LaunchConfig
+from specdec.serving.ops.lifecycle import (
     Server,
     ServerCommand,
     ServerError,
     kill_session,
     launch,
     pid_alive,
-    port_free,
     run_dir,
     session_members,
     start,
     start_ticks,
 )
+from specdec.serving.ops.ports import port_free
 
 STATE_NAME = "room.json"
 CSV_FIELDS = ("name", "url", "key")

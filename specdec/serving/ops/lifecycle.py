@@ -11,7 +11,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -22,8 +21,9 @@ from pathlib import Path
 import requests
 from tqdm.auto import tqdm
 
-from specdec.serving.client import Client
-from specdec.serving.launch import LaunchConfig
+from specdec.serving.measure.client import Client
+from specdec.serving.ops.launch import LaunchConfig
+from specdec.serving.ops.ports import free_port, port_taken
 
 RUN_DIR_ENV = "SPECDEC_RUN_DIR"  # where pid files and logs go (default ~/.cache/specdec/servers)
 HEALTH_PATH = "/health_generate"  # SGLang answers 503 here until it can generate
@@ -52,32 +52,6 @@ def run_dir() -> Path:
     d = Path(os.environ.get(RUN_DIR_ENV) or Path.home() / ".cache" / "specdec" / "servers")
     d.mkdir(parents=True, exist_ok=True)
     return d
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def port_free(port: int, host: str = "127.0.0.1") -> bool:
-    """Nothing listens on host:port (port_taken's test)."""
-    return not port_taken(host, port)
-
-
-def port_taken(host: str, port: int) -> bool:
-    """Something listens on host:port (a bind test, as the server's own bind would go).
-
-    SO_REUSEADDR as uvicorn and SGLang set it: a port a stopped server left in TIME_WAIT is free.
-    """
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return True
-    return False
 
 
 # ----- stop signals: SIGTERM, SIGINT and SIGHUP stop a launcher and its servers
@@ -398,6 +372,6 @@ def _same_group(pid: int) -> bool:
         return False
 
 
-__all__ = ["HEALTH_PATH", "RUN_DIR_ENV", "STOP_SIGNALS", "Server", "ServerCommand", "ServerError", "StopSignal", "free_port",
-           "kill_session", "launch", "pid_alive", "port_free", "port_taken", "reap_stale", "run_dir", "session_members", "start",
+__all__ = ["HEALTH_PATH", "RUN_DIR_ENV", "STOP_SIGNALS", "Server", "ServerCommand", "ServerError", "StopSignal",
+           "kill_session", "launch", "pid_alive", "reap_stale", "run_dir", "session_members", "start",
            "start_ticks", "stop_on_signals"]

@@ -3,6 +3,10 @@ acceptance per request and across requests, /server_info, and Prometheus /metric
 
 Pure functions of the JSON an SGLang server (0.5.10 .. 0.5.23) or `specdec serve` sends, so that
 each computation is tested on recorded responses. Tokens are the server's counts, never words.
+
+Vocabulary: tau is tokens per verify step (accepted drafts + 1), as in Labs 1 and 2. SGLang's "accept
+length" (spec_accept_length, avg_spec_accept_length) is our tau, counted its way: completion_tokens /
+spec_verify_ct, the prefill's first token included. Its field names are kept as SGLang spells them.
 """
 
 from __future__ import annotations
@@ -12,6 +16,10 @@ import re
 import statistics
 from dataclasses import dataclass, field
 from typing import Any, Iterable
+
+import numpy as np
+
+from specdec.sim import stats
 
 # Per-request speculative counters, newest name first: 0.5.12+ / the 0.5.12-0.5.22 aliases / 0.5.10.
 CORRECT_DRAFTS = ("spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num")
@@ -25,14 +33,14 @@ def _first(d: dict, names: tuple[str, ...]):
 
 
 # ----- acceptance
-def accept_length(completion_tokens: int, verify_ct: int) -> float:
+def tau(completion_tokens: int, verify_ct: int) -> float:
     """Tokens per verify step: (completion_tokens - 1) / spec_verify_ct (the first token came from prefill)."""
     if verify_ct <= 0:
         raise ValueError(f"spec_verify_ct must be > 0, got {verify_ct}")
     return (completion_tokens - 1) / verify_ct
 
 
-def pooled_accept_length(parts: Iterable[tuple[int, int, int]]) -> float | None:
+def pooled_tau(parts: Iterable[tuple[int, int, int]]) -> float | None:
     """Tokens per verify step across requests, weighted by tokens (not the mean of per-request values):
     parts are (completion_tokens, requests, spec_verify_ct), one per request or per run of requests;
     sum(completion_tokens - requests) / sum(spec_verify_ct). Parts without verify steps are left out;
@@ -56,12 +64,18 @@ def acceptance_by_position(histogram: list[int]) -> list[float]:
     """For a chain draft (topk 1): the fraction of verify steps whose draft at position j (1-based) was accepted.
 
     histogram[i] counts verify steps that accepted exactly i drafts; accepting position j means
-    accepting 1..j, so P(j accepted) = sum(histogram[j:]) / sum(histogram).
+    accepting 1..j, so P(j accepted) = sum(histogram[j:]) / sum(histogram). The server counts steps
+    where Lab 1 logs each step's accepted drafts: the histogram is unrolled into that log and handed to
+    Lab 1's sim.stats.acceptance_by_position, the one implementation.
     """
     total = sum(histogram)
     if total <= 0 or any(h < 0 for h in histogram):
         raise ValueError(f"not a histogram of accepted drafts: {histogram}")
-    return [sum(histogram[j:]) / total for j in range(1, len(histogram))]
+    k = len(histogram) - 1
+    if k < 1:
+        return []
+    accepted = np.repeat(np.arange(k + 1), np.asarray(histogram, dtype=np.int64))
+    return stats.acceptance_by_position(accepted, k).tolist()
 
 
 def conditional_acceptance_by_position(histogram: list[int]) -> list[float]:
@@ -70,8 +84,8 @@ def conditional_acceptance_by_position(histogram: list[int]) -> list[float]:
     return [reach[j] / reach[j - 1] if reach[j - 1] > 0 else math.nan for j in range(1, len(reach))]
 
 
-def tokens_per_verify(histogram: list[int]) -> float:
-    """Mean accepted drafts + 1 per verify step, read from the histogram."""
+def tau_from_histogram(histogram: list[int]) -> float:
+    """Tokens per verify step (tau): mean accepted drafts + 1, read from the histogram."""
     return 1 + sum(i * h for i, h in enumerate(histogram)) / sum(histogram)
 
 
@@ -83,7 +97,7 @@ class SpecStats:
     correct_drafts: int | None = None
     proposed_drafts: int | None = None
     histogram: list[int] | None = None
-    server_accept_length: float | None = None  # the server's own spec_accept_length
+    server_accept_length: float | None = None  # the server's own spec_accept_length (SGLang's accept length is our tau)
 
     @classmethod
     def from_meta(cls, meta: dict) -> SpecStats | None:
@@ -116,10 +130,11 @@ class RequestRecord:
     server_e2e_latency: float | None = None
 
     @property
-    def accept_length(self) -> float | None:
+    def tau(self) -> float | None:
+        """Tokens per verify step (records.tau); None without speculative counters."""
         if self.spec is None or self.completion_tokens is None:
             return None
-        return accept_length(self.completion_tokens, self.spec.verify_ct)
+        return tau(self.completion_tokens, self.spec.verify_ct)
 
     @property
     def tpot(self) -> float | None:
@@ -140,7 +155,7 @@ class RequestRecord:
         out = {"kind": self.kind, "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
                "e2e_latency": self.e2e_latency, "ttft": self.ttft, "tpot": self.tpot, "chunks": len(self.chunk_tokens)}
         if self.spec is not None:
-            out.update(spec_verify_ct=self.spec.verify_ct, accept_length=self.accept_length,
+            out.update(spec_verify_ct=self.spec.verify_ct, accept_length=self.tau,  # tau, under the results files' key
                        spec_correct_drafts_histogram=self.spec.histogram)
         return out
 
@@ -240,8 +255,9 @@ def record_from_stream(kind: str, events: Iterable[tuple[float, dict]], t_end: f
 
 
 def aggregate_acceptance(records: Iterable[RequestRecord]) -> dict:
-    """Across requests, weighted by tokens: sum(completion_tokens - 1) / sum(spec_verify_ct), and
-    SGLang's definition sum(completion_tokens) / sum(spec_verify_ct) beside it."""
+    """Across requests, weighted by tokens: tau = sum(completion_tokens - 1) / sum(spec_verify_ct), and
+    SGLang's definition sum(completion_tokens) / sum(spec_verify_ct) beside it. The keys are those of the
+    results files: "accept_length" holds tau."""
     recs = [r for r in records if r.spec is not None and r.completion_tokens is not None]
     if not recs:
         return {"requests": 0, "accept_length": None, "accept_length_sglang": None, "acceptance_by_position": None}
@@ -253,7 +269,7 @@ def aggregate_acceptance(records: Iterable[RequestRecord]) -> dict:
         width = max(map(len, hists))
         by_pos = acceptance_by_position([sum(h[i] for h in hists if i < len(h)) for i in range(width)])
     return {"requests": len(recs), "completion_tokens": tokens, "spec_verify_ct": ct,
-            "accept_length": pooled_accept_length((r.completion_tokens, 1, r.spec.verify_ct) for r in recs),
+            "accept_length": pooled_tau((r.completion_tokens, 1, r.spec.verify_ct) for r in recs),
             "accept_length_sglang": tokens / ct,
             "acceptance_by_position": by_pos}
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specdec.decoder.methods import METHODS, SPELLINGS
-from specdec.serving.gpu import MIN_KV_TOKENS, read_config, server_needs, size
+from specdec.serving.ops.gpu import MIN_KV_TOKENS, read_config, server_needs, size
 
 ALGORITHMS = ("none", "EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "HEADS")
 # Lower-case spellings a student may use (the course's names and specdec serve's) -> SGLang's; EAGLE3 is SGLang's only.

@@ -1,7 +1,7 @@
 """An HTTP client for an SGLang server or `specdec serve`: native /generate and the OpenAI endpoints,
 streamed with a clock on every chunk, plus /server_info, /metrics and /flush_cache.
 
-What the answers mean (accept length, ITL per token, field names by version) is in records.py.
+What the answers mean (tau, ITL per token, field names by version) is in records.py.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import time
 
 import requests
 
-from specdec.serving.records import MetricsSnapshot, RequestRecord, ServerInfo, record_from_response, record_from_stream
+from specdec.serving.measure.records import MetricsSnapshot, RequestRecord, ServerInfo, record_from_response, record_from_stream
 
 
 class ClientError(RuntimeError):

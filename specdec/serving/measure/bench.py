@@ -1,7 +1,7 @@
 """A concurrency sweep against one server: for each concurrency and prompt category, a closed loop of
 streamed requests (as many in flight as the concurrency), the cache flushed before each run; output
-tokens/s with a bootstrap interval, TTFT/ITL/TPOT percentiles and accept length, from the server's token
-counts.
+tokens/s with a bootstrap interval, TTFT/ITL/TPOT percentiles and tau (tokens per verify step), from the
+server's token counts.
 
 Measuring what it says: a server may compile or capture lazily (`specdec serve` captures a CUDA graph per
 batch width and cache span the first time it meets one), so every concurrency level is warmed by one
@@ -23,9 +23,9 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from tqdm.auto import tqdm
 
-from specdec.serving.client import Client, ClientError
-from specdec.serving.prompts import CATEGORIES, prompts
-from specdec.serving.records import RequestRecord, aggregate_acceptance, interval_accept_length
+from specdec.serving.measure.client import Client, ClientError
+from specdec.serving.measure.prompts import CATEGORIES, prompts
+from specdec.serving.measure.records import RequestRecord, aggregate_acceptance, interval_accept_length
 
 SCHEMA = "specdec-bench/2"
 SCHEMAS = ("specdec-bench/1", SCHEMA)  # /1 files (no interval, no level warm-up) still load

@@ -22,10 +22,10 @@ from pathlib import Path
 
 import torch
 
-from specdec.serving import gpu as gpus_
-from specdec.serving.gpu import DEFAULT_HEADROOM, Gpu, MemoryPlanError, ServerNeeds, gib, memory_plan, size
-from specdec.serving.launch import parse_version
-from specdec.serving.lifecycle import port_free
+from specdec.serving.ops import gpu as gpus_
+from specdec.serving.ops.gpu import DEFAULT_HEADROOM, Gpu, MemoryPlanError, ServerNeeds, gib, memory_plan, size
+from specdec.serving.ops.launch import parse_version
+from specdec.serving.ops.ports import port_free
 
 MODES = ("auto", "gpu", "cpu")
 # SGLang pins torch exactly (shared/SGLANG.md), read from the released wheels: (first, last) -> torch.

@@ -18,7 +18,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from specdec.decoder.engine import Engine, SamplingParams
-from specdec.serving.scheduler import Progress, Request
+from specdec.serving.server.scheduler import Progress, Request
 
 log = logging.getLogger("specdec.serve")
 
