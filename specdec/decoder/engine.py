@@ -73,6 +73,17 @@ class SamplingParams:
 
 
 @dataclass
+class Row:
+    """The host's record of one running row; its device side is slot `slot` of the engine's Rows."""
+
+    slot: int
+    params: SamplingParams
+    committed: int  # the row's cache length, known on the host: the counts each step reports (no sync)
+    emitted: int = 0  # tokens the row has emitted
+    gen: torch.Generator | None = None  # the row's own random numbers, when it has a seed
+
+
+@dataclass
 class RowUpdate:
     """What the admission or one step did to one row."""
 
@@ -154,7 +165,8 @@ class Engine:
         pool = torch.cuda.graph_pool_handle() if self.graph_mode == "cuda" else None  # one pool per engine
         self.graphs = Graphs(self.graph_mode, pool, compile)
         self.cache = KVCache.for_model(self.target, max_batch, self.max_len)
-        self.cache.fixed_span = self.graph_mode is not None
+        # a graph's shapes are fixed: read whole, the cache reads every slot (each step's view has its own span)
+        self.cache.span = self.max_len if self.graph_mode is not None else None
         self.views: dict[tuple[int, int], KVCache] = {}  # under graphs: the cache's rows 0..width-1, per bucket
         self.row_views: dict[int, Rows] = {}  # the rows 0..width-1, per width
         self.no_draws: dict[tuple[int, int], torch.Tensor] = {}  # the uniforms of greedy steps: zeros, per shape
@@ -163,21 +175,18 @@ class Engine:
         if self.proposer is not None:
             self.proposer.setup(max_batch, self.max_len, k, Graphs(self.graph_mode, pool))
         self.capacity = max_batch
-        self.params: dict[int, SamplingParams] = {}  # running rows, by slot
-        self.emitted: dict[int, int] = {}  # tokens each running row has emitted
-        self.committed: dict[int, int] = {}  # each running row's cache length, known on the host (no sync)
-        self.row_gens: dict[int, torch.Generator] = {}
+        self.live: dict[int, Row] = {}  # the running rows, by slot
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
         self.times = dict(prefill=0.0, draft=0.0, verify=0.0, host=0.0)  # filled when profiling
 
     # -- rows join and leave -------------------------------------------------------------------
     @property
     def running(self) -> list[int]:
-        return sorted(self.params)
+        return sorted(self.live)
 
     @property
     def free_slots(self) -> list[int]:
-        return [s for s in range(self.capacity) if s not in self.params]
+        return [s for s in range(self.capacity) if s not in self.live]
 
     def check_prompt(self, prompt: list[int], params: SamplingParams) -> None:
         """A clear ValueError for what this engine cannot decode."""
@@ -219,18 +228,17 @@ class Engine:
 
     def _prefill(self, start: int, prompts: list[list[int]], params: list[SamplingParams]) -> list[RowUpdate]:
         n, W, dev = len(prompts), max(len(p) for p in prompts), self.device
+        # the prefill runs eagerly: a view without a span, whose attention reads just enough slots
         rows, cache = self.rows.view(start, start + n), self.cache.rows(start, start + n)
-        cache.fixed_span = False  # the prefill runs eagerly: attention reads just enough slots
         lens = torch.tensor([len(p) for p in prompts], device=dev)
         for b, (p, sp) in enumerate(zip(prompts, params)):
             rows.tokens[b, :len(p)] = torch.as_tensor(p, device=dev)
             rows.eos[b] = -1
             if sp.stop_at_eos and self.eos_ids:
                 rows.eos[b, : len(self.eos_ids)] = torch.tensor(self.eos_ids, device=dev)
-            self.params[start + b] = sp
-            self.committed[start + b] = len(p) - 1  # the first token's commit (in _report) makes it len(p)
-            if sp.seed is not None:
-                self.row_gens[start + b] = torch.Generator().manual_seed(sp.seed)
+            # committed: the first token's commit (in _report) makes it len(p)
+            gen = torch.Generator().manual_seed(sp.seed) if sp.seed is not None else None
+            self.live[start + b] = Row(start + b, sp, committed=len(p) - 1, gen=gen)
         rows.temperature.copy_(torch.tensor([sp.temperature for sp in params]))
         rows.top_p.copy_(torch.tensor([sp.top_p for sp in params]))
         rows.top_k.copy_(torch.tensor([sp.top_k for sp in params]))
@@ -252,10 +260,7 @@ class Engine:
 
     def retire(self, slot: int) -> None:
         """Free a row (finished, or cancelled by its caller): the next admit may reuse it."""
-        self.params.pop(slot, None)
-        self.row_gens.pop(slot, None)
-        self.emitted.pop(slot, None)
-        self.committed.pop(slot, None)
+        self.live.pop(slot, None)
         self.rows.done[slot] = True
 
     # -- one step of every running row -----------------------------------------------------------
@@ -263,12 +268,12 @@ class Engine:
     def step(self, profile: bool = False) -> list[RowUpdate]:
         """Advance every running row by one step; `profile` synchronises the device around each
         phase to split the time (a GPU otherwise runs ahead of the host until the step's result)."""
-        if not self.params:
+        if not self.live:
             return []
         width, k = self.width(), self.k
         # every position this step reads (the verify block, the proposer's own) is below `need`
-        need = max(self.committed.values()) + (1 if self.proposer is None else k + 1)
-        span = self.span(need)
+        need = max(r.committed for r in self.live.values()) + (1 if self.proposer is None else k + 1)
+        span = self.pick_span(need)
         rows, cache = self.row_view(width), self.cache_view(width, span)
         rows.span = span
         self._flags(rows)
@@ -293,14 +298,14 @@ class Engine:
         t2 = time.perf_counter()
         steps = to_host(host, 1 if self.proposer is None else k + 1)  # the one sync of a step: what the host needs
         updates = []
-        for slot in list(self.params):
-            row = steps[slot]
+        for slot, row in list(self.live.items()):
+            got = steps[slot]
             # drafts count as proposed up to the row's budget: past it they could never be emitted
-            left = self.params[slot].max_new_tokens - self.emitted[slot]
+            left = row.params.max_new_tokens - row.emitted
             proposed = 0 if self.proposer is None else min(k, left - 1)
-            accepted = min(row.accepted, proposed) if row.accepted >= 0 else -1
-            updates.append(self._report(slot, row.tokens, accepted, proposed, row.done,
-                                        row.drafts if self.proposer is not None else None))
+            accepted = min(got.accepted, proposed) if got.accepted >= 0 else -1
+            updates.append(self._report(slot, got.tokens, accepted, proposed, got.done,
+                                        got.drafts if self.proposer is not None else None))
         self.times["draft"] += t1 - t0
         self.times["verify"] += t2 - t1
         self.times["host"] += time.perf_counter() - t2
@@ -325,7 +330,7 @@ class Engine:
         `profile` splits the time into phases at the cost of a device sync around each."""
         if not prompts:
             raise ValueError("no prompts")
-        if self.params:
+        if self.live:
             raise RuntimeError("generate needs an idle engine; rows are running")
         params = SamplingParams(max_new_tokens, temperature, top_p, top_k, stop_at_eos)
         for p in prompts:
@@ -339,7 +344,7 @@ class Engine:
         waiting = list(range(B))
         self._sync()
         t0 = time.perf_counter()
-        while waiting or self.params:
+        while waiting or self.live:
             if waiting and self.free_slots:
                 batch = waiting[: len(self.free_slots)]
                 waiting = waiting[len(batch):]
@@ -366,18 +371,19 @@ class Engine:
 
     def _report(self, slot: int, tokens: list[int], accepted: int, proposed: int, done: bool,
                 drafts: list[int] | None = None) -> RowUpdate:
-        self.emitted[slot] = self.emitted.get(slot, 0) + len(tokens)
-        self.committed[slot] += len(tokens)  # commit moved the row's cache length over what it kept
+        row = self.live[slot]
+        row.emitted += len(tokens)
+        row.committed += len(tokens)  # commit moved the row's cache length over what it kept
         finished = None
         if done:
-            finished = "stop" if tokens and tokens[-1] in self.eos_ids and self.params[slot].stop_at_eos else "length"
+            finished = "stop" if tokens and tokens[-1] in self.eos_ids and row.params.stop_at_eos else "length"
             self.retire(slot)
         return RowUpdate(slot, tokens, accepted, proposed, finished, drafts)
 
     def width(self) -> int:
         """Rows in this step's fixed shape: up to the highest running slot; under graphs rounded up to
         a power of two, so that a few captures serve every mix of rows."""
-        top = max(self.params) + 1
+        top = max(self.live) + 1
         if self.graph_mode is None:
             return top
         return min(self.capacity, 1 << (top - 1).bit_length())
@@ -398,7 +404,7 @@ class Engine:
             self.views[width, span] = self.cache.rows(0, width, span)
         return self.views[width, span]
 
-    def span(self, need: int) -> int:
+    def pick_span(self, need: int) -> int:
         """Cache slots attention reads in a step whose positions all lie below `need`: just those when
         eager; under graphs the power of two above (at least min_span, at most max_len), so that a
         few captures serve every context and a step reads at most twice what it needs."""
@@ -407,7 +413,7 @@ class Engine:
         return min(self.max_len, max(self.min_span, 1 << (need - 1).bit_length()))
 
     def _flags(self, rows: Rows) -> None:
-        running = self.params.values()
+        running = [r.params for r in self.live.values()]
         rows.sampling = self.rows.sampling = any(sp.temperature > 0 for sp in running)
         rows.truncating = self.rows.truncating = any(sp.top_p < 1 or sp.top_k > 0 for sp in running)
 
@@ -424,9 +430,9 @@ class Engine:
                 self.no_draws[n, width] = torch.zeros(n, width, device=self.device)
             return self.no_draws[n, width]
         u = torch.rand(n, width, device=self.device, generator=self.gen)
-        for slot, g in self.row_gens.items():
-            if start <= slot < start + n:
-                u[slot - start] = torch.rand(width, generator=g).to(self.device)
+        for slot, row in self.live.items():
+            if row.gen is not None and start <= slot < start + n:
+                u[slot - start] = torch.rand(width, generator=row.gen).to(self.device)
         return u
 
     def _sync(self) -> None:

@@ -40,7 +40,7 @@ class Rows:
     eos: torch.Tensor  # [B, E] ids that end the row, -1 for none
     sampling: bool = False  # some row has temperature > 0 (decided on the host: no sync)
     truncating: bool = False  # some row has top_p < 1 or top_k > 0
-    span: int | None = None  # cache slots attention reads this step, every cache alike (KVCache.bound)
+    span: int | None = None  # cache slots attention reads this step, every cache alike (KVCache.span)
 
     @classmethod
     def empty(cls, cache: KVCache, slots: int, n_eos: int) -> "Rows":
