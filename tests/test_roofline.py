@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from specdec.decoder.bundle import ModelBundle
-from specdec.decoder.engine import DecodeResult, Engine
+from specdec.decoder.engine import Engine
+from specdec.decoder.generate import DecodeResult
 from specdec.decoder.proposers import OracleProposer
 from specdec.decoder.roofline import (
     MEMORY_BOUND,

@@ -2,8 +2,9 @@
 
 `admit` prefills prompts into free rows, `step` advances every running row by one plain or
 speculative step (step.py), a finished row frees its slot at once. Lab 3's server drives this
-loop directly (continuous batching); `generate` is a thin loop over it. Rows live at fixed slots
-of preallocated tensors; a step runs on slots 0..width-1 and free rows ride along, so under CUDA
+loop directly (continuous batching); generate.py's `generate` is a thin loop over it. The host
+keeps one `Row` record per running row; its device side lives at a fixed slot of preallocated
+tensors (step.Rows). A step runs on slots 0..width-1 and free rows ride along, so under CUDA
 graphs one capture per width serves every mix of rows. Attention reads only the slots the rows
 have filled: the host knows every row's length from what it was told at the step's one sync, so
 it picks the span without asking the device (under graphs a power-of-two bucket, one capture per
@@ -13,7 +14,8 @@ bucket). Shapes: B rows, k drafts, V vocabulary.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -30,8 +32,9 @@ from specdec.decoder.proposers import (
 )
 from specdec.decoder.step import Rows, commit, plain_step, readout, to_host, verify
 from specdec.decoder.verify import sample
-from specdec.sim.stats import AcceptanceStats
 
+if TYPE_CHECKING:
+    from specdec.decoder.generate import DecodeResult
 
 
 def make_proposer(method: str, bundle) -> Proposer | None:
@@ -93,50 +96,6 @@ class RowUpdate:
     proposed: int  # drafts that counted: k, fewer where the row's budget ended the step (0: plain)
     finished: str | None = None  # "stop" (a stop id), "length" (its budget), or None
     drafts: list[int] | None = None  # what the proposer guessed this step (None: prefill or plain)
-
-
-@dataclass
-class DecodeResult:
-    method: str
-    k: int
-    tokens: list[list[int]]  # generated ids per prompt (the stop id included when it ended the row)
-    prompt_lengths: list[int]
-    accept_lengths: np.ndarray  # [steps, B] accepted drafts per step; -1 where a row was not running
-    proposed: np.ndarray  # [steps, B] drafts that counted (k; fewer where the row's budget cut the step)
-    steps: int  # target forwards after the prefill (verify steps, or plain decode steps)
-    wall_s: float
-    times: dict = field(default_factory=dict)  # seconds in prefill / draft / verify / host, when profiled
-    cuda_graphs: bool = False
-    temperature: float = 0.0
-
-    @property
-    def new_tokens(self) -> int:
-        return sum(len(t) for t in self.tokens)
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.new_tokens / self.wall_s if self.wall_s > 0 else float("nan")
-
-    @property
-    def stats(self) -> AcceptanceStats | None:
-        a, ran = self.accept_lengths, self.accept_lengths >= 0
-        if self.method == "ar" or not ran.any():
-            return None
-        return AcceptanceStats.from_accept_lengths(a[ran], self.k, proposed=self.proposed[ran])
-
-    def as_dict(self) -> dict:
-        s = self.stats
-        return {
-            "method": self.method, "k": self.k if self.method != "ar" else 0, "batch": len(self.tokens),
-            "temperature": self.temperature, "cuda_graphs": self.cuda_graphs,
-            "token_ids": self.tokens, "new_tokens": self.new_tokens, "steps": self.steps,
-            "tau": s.tau if s else 1.0,
-            "acceptance_rate": s.acceptance_rate if s else None,
-            "acceptance_by_position": [float(x) for x in s.by_position] if s else [],
-            "accept_length_histogram": [int(x) for x in s.histogram] if s else [],
-            "tokens_per_s": self.tokens_per_s, "wall_s": self.wall_s,
-            "times": {k: round(v, 6) for k, v in self.times.items()},
-        }
 
 
 class Engine:
@@ -277,7 +236,7 @@ class Engine:
         rows, cache = self.row_view(width), self.cache_view(width, span)
         rows.span = span
         self._flags(rows)
-        sync = self._sync if profile else (lambda: None)
+        sync = self.sync if profile else (lambda: None)
         t0 = time.perf_counter()
         if self.proposer is None:
             # greedy rows read no uniforms: None keeps them out of the step (no copy into a graph's input)
@@ -322,52 +281,11 @@ class Engine:
         emitted, count, accepted, hidden = verify(self.target, cache, rows, drafts, q, u)
         return readout(rows, count, accepted, emitted, drafts), count, hidden
 
-    # -- a whole batch, start to finish ----------------------------------------------------------
-    def generate(self, prompts: list[list[int]], max_new_tokens: int = 64, temperature: float = 0.0,
-                 top_p: float = 1.0, top_k: int = 0, seed: int = 0, stop_at_eos: bool = True,
-                 profile: bool = False) -> DecodeResult:
-        """Decode every prompt (more prompts than rows wait for a free one, as in a server);
-        `profile` splits the time into phases at the cost of a device sync around each."""
-        if not prompts:
-            raise ValueError("no prompts")
-        if self.live:
-            raise RuntimeError("generate needs an idle engine; rows are running")
-        params = SamplingParams(max_new_tokens, temperature, top_p, top_k, stop_at_eos)
-        for p in prompts:
-            self.check_prompt(p, params)
-        self.gen.manual_seed(seed)
-        self.times = dict.fromkeys(self.times, 0.0)
-        B = len(prompts)
-        out: list[list[int]] = [[] for _ in prompts]
-        owner: dict[int, int] = {}  # slot -> prompt index
-        log_acc, log_prop = [], []
-        waiting = list(range(B))
-        self._sync()
-        t0 = time.perf_counter()
-        while waiting or self.live:
-            if waiting and self.free_slots:
-                batch = waiting[: len(self.free_slots)]
-                waiting = waiting[len(batch):]
-                for i, up in zip(batch, self.admit([prompts[i] for i in batch], params)):
-                    owner[up.slot] = i
-                    out[i] += up.tokens
-                continue  # rows that finished at their first token free their slot at once
-            acc, prop = np.full(B, -1), np.zeros(B, dtype=np.int64)
-            for up in self.step(profile):
-                i = owner[up.slot]
-                out[i] += up.tokens
-                acc[i], prop[i] = up.accepted, up.proposed
-            log_acc.append(acc)
-            log_prop.append(prop)
-        self._sync()
-        wall = time.perf_counter() - t0
-        steps = len(log_acc)
-        shape = (steps, B) if steps else (0, B)
-        return DecodeResult(method=self.method, k=self.k, tokens=out, prompt_lengths=[len(p) for p in prompts],
-                            accept_lengths=np.array(log_acc, dtype=np.int64).reshape(shape),
-                            proposed=np.array(log_prop, dtype=np.int64).reshape(shape), steps=steps, wall_s=wall,
-                            times=dict(self.times) if profile else {}, cuda_graphs=self.graph_mode == "cuda",
-                            temperature=temperature)
+    def generate(self, prompts: list[list[int]], **options) -> DecodeResult:
+        """A whole batch, start to finish: generate.generate(self, prompts, **options)."""
+        from specdec.decoder.generate import generate  # generate.py builds on this module
+
+        return generate(self, prompts, **options)
 
     def _report(self, slot: int, tokens: list[int], accepted: int, proposed: int, done: bool,
                 drafts: list[int] | None = None) -> RowUpdate:
@@ -435,6 +353,6 @@ class Engine:
                 u[slot - start] = torch.rand(width, generator=row.gen).to(self.device)
         return u
 
-    def _sync(self) -> None:
+    def sync(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)

@@ -18,7 +18,8 @@ import numpy as np
 import torch
 
 from specdec.decoder.bundle import ModelBundle
-from specdec.decoder.engine import DecodeResult, Engine
+from specdec.decoder.engine import Engine
+from specdec.decoder.generate import DecodeResult
 from specdec.decoder.model import ModelConfig, Transformer
 from specdec.decoder.proposers import OracleProposer
 from specdec.sim.formulas import expected_tokens_per_step, speedup_from_costs
