@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from specdec.decoder.cuda_graphs import Graphs, graph_mode, say_eager_once
+from specdec.decoder.generate import DecodeResult, generate
 from specdec.decoder.kv_cache import KVCache
 from specdec.decoder.methods import METHODS
 from specdec.decoder.proposers import (
@@ -32,9 +32,6 @@ from specdec.decoder.proposers import (
 )
 from specdec.decoder.step import Rows, commit, plain_step, readout, to_host, verify
 from specdec.decoder.verify import sample
-
-if TYPE_CHECKING:
-    from specdec.decoder.generate import DecodeResult
 
 
 def make_proposer(method: str, bundle) -> Proposer | None:
@@ -281,11 +278,12 @@ class Engine:
         emitted, count, accepted, hidden = verify(self.target, cache, rows, drafts, q, u)
         return readout(rows, count, accepted, emitted, drafts), count, hidden
 
-    def generate(self, prompts: list[list[int]], **options) -> DecodeResult:
-        """A whole batch, start to finish: generate.generate(self, prompts, **options)."""
-        from specdec.decoder.generate import generate  # generate.py builds on this module
-
-        return generate(self, prompts, **options)
+    def generate(self, prompts: list[list[int]], max_new_tokens: int = 64, temperature: float = 0.0,
+                 top_p: float = 1.0, top_k: int = 0, seed: int = 0, stop_at_eos: bool = True,
+                 profile: bool = False) -> DecodeResult:
+        """A whole batch, start to finish (generate.py), every row with these sampling parameters."""
+        params = SamplingParams(max_new_tokens, temperature, top_p, top_k, stop_at_eos)
+        return generate(self, prompts, params, seed, profile)
 
     def _report(self, slot: int, tokens: list[int], accepted: int, proposed: int, done: bool,
                 drafts: list[int] | None = None) -> RowUpdate:

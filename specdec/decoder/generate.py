@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specdec.decoder.engine import Engine, SamplingParams
 from specdec.sim.stats import AcceptanceStats
 
 
@@ -22,7 +21,7 @@ class DecodeResult:
     k: int
     tokens: list[list[int]]  # generated ids per prompt (the stop id included when it ended the row)
     prompt_lengths: list[int]
-    accept_lengths: np.ndarray  # [steps, B] accepted drafts per step; -1 where a row was not running
+    accepted: np.ndarray  # [steps, B] drafts kept, 0..k (tau = accepted + 1); -1 where a row was not running
     proposed: np.ndarray  # [steps, B] drafts that counted (k; fewer where the row's budget cut the step)
     steps: int  # target forwards after the prefill (verify steps, or plain decode steps)
     wall_s: float
@@ -40,10 +39,10 @@ class DecodeResult:
 
     @property
     def stats(self) -> AcceptanceStats | None:
-        a, ran = self.accept_lengths, self.accept_lengths >= 0
+        a, ran = self.accepted, self.accepted >= 0
         if self.method == "ar" or not ran.any():
             return None
-        return AcceptanceStats.from_accept_lengths(a[ran], self.k, proposed=self.proposed[ran])
+        return AcceptanceStats.from_accepted(a[ran], self.k, proposed=self.proposed[ran])
 
     def as_dict(self) -> dict:
         s = self.stats
@@ -54,22 +53,19 @@ class DecodeResult:
             "tau": s.tau if s else 1.0,
             "acceptance_rate": s.acceptance_rate if s else None,
             "acceptance_by_position": [float(x) for x in s.by_position] if s else [],
-            "accept_length_histogram": [int(x) for x in s.histogram] if s else [],
+            "accepted_histogram": [int(x) for x in s.histogram] if s else [],
             "tokens_per_s": self.tokens_per_s, "wall_s": self.wall_s,
             "times": {k: round(v, 6) for k, v in self.times.items()},
         }
 
 
-def generate(engine: Engine, prompts: list[list[int]], max_new_tokens: int = 64, temperature: float = 0.0,
-             top_p: float = 1.0, top_k: int = 0, seed: int = 0, stop_at_eos: bool = True,
-             profile: bool = False) -> DecodeResult:
-    """Decode every prompt (more prompts than rows wait for a free one, as in a server);
+def generate(engine, prompts: list[list[int]], params, seed: int = 0, profile: bool = False) -> DecodeResult:
+    """Decode every prompt on an idle engine (engine.py's Engine), every row with the same SamplingParams;
     `profile` splits the time into phases at the cost of a device sync around each."""
     if not prompts:
         raise ValueError("no prompts")
     if engine.live:
         raise RuntimeError("generate needs an idle engine; rows are running")
-    params = SamplingParams(max_new_tokens, temperature, top_p, top_k, stop_at_eos)
     for p in prompts:
         engine.check_prompt(p, params)
     engine.gen.manual_seed(seed)
@@ -101,7 +97,7 @@ def generate(engine: Engine, prompts: list[list[int]], max_new_tokens: int = 64,
     steps = len(log_acc)
     shape = (steps, B) if steps else (0, B)
     return DecodeResult(method=engine.method, k=engine.k, tokens=out, prompt_lengths=[len(p) for p in prompts],
-                        accept_lengths=np.array(log_acc, dtype=np.int64).reshape(shape),
+                        accepted=np.array(log_acc, dtype=np.int64).reshape(shape),
                         proposed=np.array(log_prop, dtype=np.int64).reshape(shape), steps=steps, wall_s=wall,
                         times=dict(engine.times) if profile else {}, cuda_graphs=engine.graph_mode == "cuda",
-                        temperature=temperature)
+                        temperature=params.temperature)
