@@ -67,7 +67,7 @@ def run(args) -> dict:
         tps = [sum(r.new_tokens for r in rs) / sum(r.wall_s for r in rs) for rs in rounds[(m, k)]]
         last = rounds[(m, k)][-1]
         steps = sum(r.steps for r in last)
-        acc = [a for r in last for a in r.accept_lengths.ravel().tolist() if a >= 0]
+        acc = [a for r in last for a in r.accepted.ravel().tolist() if a >= 0]
         times = {key: sum(r.times.get(key, 0.0) for r in last) for key in ("prefill", "draft", "verify", "host")}
         results.append({
             "method": m, "k": k if m != "ar" else 0,

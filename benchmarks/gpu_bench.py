@@ -88,7 +88,7 @@ def bench_latency(args) -> dict:
            "context": ctx, "max_len": max_len, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": []}
     for B in (1, 4, 16):
         cache = KVCache.for_model(model, B, max_len)
-        cache.fixed_span = True  # attention over every slot, as under a graph
+        cache.span = max_len  # attention over every slot, as under a graph
         cache.commit(ctx)
         ids = torch.randint(0, 1000, (B, 1), device="cuda")
         pos = cache.positions(1)
@@ -154,7 +154,7 @@ def bench_oracle(args) -> dict:
     ref = torch.nn.functional.pad(ref, (0, max_len + 16 - ref.shape[1]))
     # step costs measured on their own: the graphed target forward + greedy acceptance at width w
     cache = KVCache.for_model(model, 1, max_len)
-    cache.fixed_span = True
+    cache.span = max_len  # attention over every slot, as under a graph
     cache.commit(prompt_len + new // 2)
 
     def width_cost(w):

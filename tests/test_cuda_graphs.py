@@ -28,7 +28,7 @@ def test_emulated_graphs_match_eager_for_every_proposer(tiny_bundle, code_prompt
     (one capture per width and bucket, the run crossing several): the same tokens."""
     eager = run_all(engines(tiny_bundle, "off"), code_prompts)
     twins = engines(tiny_bundle, "emulate", min_span=8)
-    assert all(e.cache.fixed_span and e.cache.span(torch.tensor([3])) == e.max_len for e in twins.values())
+    assert all(e.cache.span == e.cache.slots_read(torch.tensor([3])) == e.max_len for e in twins.values())
     assert run_all(twins, code_prompts) == eager
     assert run_all(twins, code_prompts[:1]) == {m: t[:1] for m, t in eager.items()}  # graphs per batch size
     assert run_all(twins, code_prompts) == eager  # and back: each width keeps its graphs over the same caches
@@ -62,20 +62,20 @@ def test_graphs_that_read_every_slot_decode_the_same(tiny_bundle, code_prompts):
         assert {span for _, span, _, _ in whole.graphs.captured if span} == {whole.max_len} == {2048}
 
 
-def test_the_host_bound_covers_every_position_a_step_reads(tiny_bundle, code_prompts, monkeypatch):
+def test_the_host_span_covers_every_position_a_step_reads(tiny_bundle, code_prompts, monkeypatch):
     """The engine picks each step's span from lengths it tracks on the host (no sync); a running row
     must never read or write a position at or past it, in any cache (the target's or a proposer's)."""
-    real, checked = KVCache.span, []
+    real, checked = KVCache.slots_read, []
 
-    def span(cache, positions):
+    def slots_read(cache, positions):
         s = real(cache, positions)
-        if cache.bound is not None:  # a step (the prefill runs with no bound)
+        if cache.span is not None:  # a step (the prefill runs with no span)
             running = ~engine.rows.done[: positions.shape[0]]
-            assert s == cache.bound and int(positions[running].max()) < s
+            assert s == cache.span and int(positions[running].max()) < s
             checked.append(s)
         return s
 
-    monkeypatch.setattr(KVCache, "span", span)
+    monkeypatch.setattr(KVCache, "slots_read", slots_read)
     for m in ("ar", "mtp", "draft"):
         for mode in ("off", "emulate"):
             engine = Engine(tiny_bundle, m, k=3, cuda_graphs=mode, min_span=8)

@@ -70,7 +70,7 @@ def test_oracle_is_lossless_and_hits_its_acceptance(tiny_bundle, plain, code_pro
     assert res.tokens == ref.tokens
     by_pos = res.stats.by_position
     if alpha == 1.0:  # every step but a row's last (cut short at max_new_tokens) accepts all k
-        body = res.accept_lengths[:-1]
+        body = res.accepted[:-1]
         assert (body[body >= 0] == 3).all()
     elif alpha == 0.0:
         assert by_pos.max() == 0.0
@@ -93,7 +93,7 @@ def test_stats_count_what_was_emitted(engine, code_prompts):
     """tau x steps (+ the prefill token) equals the tokens each row kept, even when the last step
     was cut short by max_new_tokens."""
     res = engine("mtp", 4).generate(code_prompts, max_new_tokens=13, stop_at_eos=False)
-    a = res.accept_lengths
+    a = res.accepted
     for b, toks in enumerate(res.tokens):
         row = a[:, b][a[:, b] >= 0]
         assert len(toks) == 13 == 1 + int((row + 1).sum())

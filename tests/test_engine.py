@@ -43,8 +43,8 @@ def test_the_host_knows_each_running_rows_length_without_asking(tiny_bundle, cod
             e.admit([code_prompts[queue.pop(0)]], SamplingParams(max_new_tokens=10 + 5 * steps, stop_at_eos=False))
         e.step()
         steps += 1
-        assert e.committed == {s: int(e.cache.lengths[s]) for s in e.running}
-    assert steps > 10 and e.committed == {}
+        assert {s: r.committed for s, r in e.live.items()} == {s: int(e.cache.lengths[s]) for s in e.running}
+    assert steps > 10 and e.live == {}
 
 
 def test_a_request_arriving_mid_decode_finishes_first(tiny_bundle, code_prompts):

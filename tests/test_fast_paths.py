@@ -99,7 +99,7 @@ def test_a_graph_captured_greedy_is_not_replayed_for_sampling_rows(tiny_bundle, 
 
 
 def test_the_step_readout_is_one_tensor_the_host_copies_once(tiny_bundle, code_prompts, monkeypatch):
-    """The captured step returns what the host needs (count, accept_length, done, emitted, drafts) in one tensor:
+    """The captured step returns what the host needs (count, accepted, done, emitted, drafts) in one tensor:
     each step reads that output of its graph with one .tolist() call, and builds nothing to read outside it."""
     reads = []
     real = torch.Tensor.tolist

@@ -186,8 +186,8 @@ WRAPPERS = {
         "_step = verify.accept_reject_step\ndef accept_draft(x, p, q, u):\n    return _step(x, p, q, u)",
         'check("lab1.q2")', "def alpha_of(p, q):\n    return float(np.minimum(p, q).sum())", 'check("lab1.q4")'],
     2: ["import importlib\nfrom specdec.grading import check",
-        "def commit_step(lengths, accept_length, k, done):\n    lab2 = importlib.import_module('specdec.grading.lab2')\n"
-        "    return lab2.reference_commit(lengths, accept_length, k, done)", 'check("lab2.q2")',
+        "def commit_step(lengths, accepted, k, done):\n    lab2 = importlib.import_module('specdec.grading.lab2')\n"
+        "    return lab2.reference_commit(lengths, accepted, k, done)", 'check("lab2.q2")',
         "_f = getattr(__import__('spec' + 'dec.sim.formulas', fromlist=['x']), 'speedup_' + 'from_costs')\n"
         "def predicted_speedup(tau, k, t_plain, t_draft, t_verify):\n    return _f(tau, t_plain, t_draft, t_verify, k)",
         'check("lab2.q5")', "def speedup_of(spec_tokens, spec_wall_s, plain_tokens, plain_wall_s):\n"

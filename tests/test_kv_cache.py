@@ -72,17 +72,16 @@ def test_rollback_moves_lengths_without_copying(small_model):
 
 @torch.no_grad()
 def test_attention_over_the_live_prefix_equals_attention_over_every_slot(small_model):
-    """A step's bound (exact, or rounded up to a bucket as under graphs) reads a prefix of the slots;
+    """A step's span (exact, or rounded up to a bucket as under graphs) reads a prefix of the slots;
     stale keys past a row's length, in or out of that prefix, are masked: the logits of every slot."""
     B, S = 3, 96
     cache = KVCache.for_model(small_model, B, S)
     small_model(torch.randint(0, 97, (B, 80)), cache.positions(80), cache)  # stale keys up to slot 79
     cache.commit(torch.tensor([20, 9, 31]))
     ids, pos = torch.randint(0, 97, (B, 4)), cache.positions(4)  # a verify-like block, last position 34
-    full = cache.rows(0, B)
-    full.fixed_span = True
+    full = cache.rows(0, B, S)  # the span of every slot
     reference, _ = small_model(ids, pos, full)
-    for bound in (35, 64, 96):
-        logits, _ = small_model(ids, pos, cache.rows(0, B, bound))
-        assert torch.allclose(logits, reference, atol=1e-6), bound
-    assert full.span(pos) == 96 and cache.rows(0, B, 35).span(pos) == 35 and cache.span(pos) == 35
+    for span in (35, 64, 96):
+        logits, _ = small_model(ids, pos, cache.rows(0, B, span))
+        assert torch.allclose(logits, reference, atol=1e-6), span
+    assert full.slots_read(pos) == 96 and cache.rows(0, B, 35).slots_read(pos) == 35 and cache.slots_read(pos) == 35

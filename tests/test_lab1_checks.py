@@ -42,8 +42,8 @@ def best_k(alpha, c, k_max=32):
     return formulas.optimal_k(alpha, c, k_max)[0]
 
 
-def acceptance_summary(accept_lengths, k):
-    s = stats.AcceptanceStats.from_accept_lengths(accept_lengths, k)
+def acceptance_summary(accepted, k):
+    s = stats.AcceptanceStats.from_accepted(accepted, k)
     return s.tau, s.acceptance_rate
 
 
@@ -107,12 +107,12 @@ def best_k_off_by_one(alpha, c, k_max=32):
     return int(np.argmax([formulas.walltime_improvement(alpha, k, c) for k in range(1, k_max + 1)]))
 
 
-def summary_counts_drafts_only(accept_lengths, k):  # the gpt-fast / HF convention
-    return float(np.mean(accept_lengths)), float(np.mean(accept_lengths) / k)
+def summary_counts_drafts_only(accepted, k):  # the gpt-fast / HF convention
+    return float(np.mean(accepted)), float(np.mean(accepted) / k)
 
 
-def summary_rate_over_k_plus_1(accept_lengths, k):
-    return float(np.mean(accept_lengths) + 1), float(np.mean(accept_lengths) / (k + 1))
+def summary_rate_over_k_plus_1(accepted, k):
+    return float(np.mean(accepted) + 1), float(np.mean(accepted) / (k + 1))
 
 
 PLANTED = [

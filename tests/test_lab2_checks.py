@@ -27,16 +27,16 @@ def greedy_verify_batch(draft, target_logits):
     return greedy_accept(draft, target_logits)
 
 
-def commit_step(lengths, accept_length, k, done):
+def commit_step(lengths, accepted, k, done):
     cache = KVCache(1, len(lengths), 1, 1, int(lengths.max()) + k + 1)
     cache.lengths.copy_(lengths)
     provisional = cache.positions(k + 1)
-    cache.commit(torch.where(done, 0, accept_length + 1))
+    cache.commit(torch.where(done, 0, accepted + 1))
     return cache.lengths, provisional >= cache.lengths.unsqueeze(1)
 
 
 def acceptance_from_log(accept_log, k):
-    s = stats.AcceptanceStats.from_accept_lengths(accept_log[accept_log >= 0], k)
+    s = stats.AcceptanceStats.from_accepted(accept_log[accept_log >= 0], k)
     return s.tau, s.by_position
 
 
@@ -85,13 +85,13 @@ def greedy_next_from_draft_row(draft, target_logits):  # off by one: the token b
     return n, t.gather(1, (n - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
 
 
-def commit_forgets_pending(lengths, accept_length, k, done):
-    new = lengths + torch.where(done, 0, accept_length)
+def commit_forgets_pending(lengths, accepted, k, done):
+    new = lengths + torch.where(done, 0, accepted)
     return new, torch.arange(k + 1) >= (new - lengths).unsqueeze(1)
 
 
-def commit_ignores_done(lengths, accept_length, k, done):
-    return lengths + accept_length + 1, torch.arange(k + 1) > accept_length.unsqueeze(1)
+def commit_ignores_done(lengths, accepted, k, done):
+    return lengths + accepted + 1, torch.arange(k + 1) > accepted.unsqueeze(1)
 
 
 def log_counts_stopped_rows(accept_log, k):
@@ -214,7 +214,7 @@ def test_partial_credit_and_hints(seeded):
 
 def test_wrong_return_types_get_clear_messages(seeded):
     res = run_check(get_exercise("lab2.q1"), {"greedy_verify_batch": lambda d, lg: lg.argmax(-1)}, seed=seeded)
-    assert res.score == 0.0 and "(accept_length [B], next_token [B])" in res.message
+    assert res.score == 0.0 and "(accepted [B], next_token [B])" in res.message
     res = run_check(get_exercise("lab2.q1"),
                     {"greedy_verify_batch": lambda d, lg: tuple(x.unsqueeze(1) for x in greedy_accept(d, lg))})
     assert res.score == 0.0 and "must have shape" in res.message

@@ -6,7 +6,7 @@ import pytest
 from specdec.sim import formulas, montecarlo
 from specdec.sim.stats import (
     AcceptanceStats,
-    accept_length_histogram,
+    accepted_histogram,
     acceptance_by_position,
     acceptance_rate,
     tau_of,
@@ -16,7 +16,7 @@ from specdec.sim.stats import (
 
 
 def test_stats_by_hand():
-    s = AcceptanceStats.from_accept_lengths([0, 3, 1, 2], k=3)
+    s = AcceptanceStats.from_accepted([0, 3, 1, 2], k=3)
     assert s.tau == 2.5  # 6 accepted over 4 steps, + 1
     assert s.acceptance_rate == 0.5  # 6 of 12 proposed
     assert s.by_position.tolist() == [0.75, 0.5, 0.25]
@@ -25,7 +25,7 @@ def test_stats_by_hand():
     d = s.as_dict()
     assert d["tau"] == 2.5 and d["histogram"] == [1, 1, 1, 1] and d["by_position"] == [0.75, 0.5, 0.25]
     assert tau_of([0, 3, 1, 2], 3) == 2.5 and acceptance_rate([0, 3, 1, 2], 3) == 0.5
-    assert accept_length_histogram([2, 2], 4).tolist() == [0, 0, 2, 0, 0]
+    assert accepted_histogram([2, 2], 4).tolist() == [0, 0, 2, 0, 0]
 
 
 def test_stats_identities_on_random_logs():
@@ -33,7 +33,7 @@ def test_stats_identities_on_random_logs():
     for _ in range(20):
         k = int(rng.integers(1, 9))
         log = rng.integers(0, k + 1, size=int(rng.integers(1, 200)))
-        s = AcceptanceStats.from_accept_lengths(log, k)
+        s = AcceptanceStats.from_accepted(log, k)
         assert s.by_position.sum() == pytest.approx(s.tau - 1)  # sum_i P(a >= i) = E[a]
         assert s.acceptance_rate == pytest.approx((s.tau - 1) / k)
         assert s.histogram.sum() == s.steps == len(log)
@@ -43,13 +43,13 @@ def test_stats_identities_on_random_logs():
 @pytest.mark.parametrize("log,k", [([0, 4], 3), ([-1], 3), ([], 3), ([1], 0), ([0.5], 2)])
 def test_stats_reject_bad_logs(log, k):
     with pytest.raises(ValueError):
-        AcceptanceStats.from_accept_lengths(log, k)
+        AcceptanceStats.from_accepted(log, k)
 
 
 # --- the i.i.d. engine against the formula -------------------------------------------------------
 
 
-def exact_accept_length_law(alpha, k):
+def exact_accepted_law(alpha, k):
     return np.array([alpha**n * (1 - alpha) for n in range(k)] + [alpha**k])
 
 
@@ -57,7 +57,7 @@ def exact_accept_length_law(alpha, k):
 def test_iid_engine_matches_formula(alpha, k, seed):
     steps = 200_000
     res = montecarlo.run_iid(alpha, k, steps, seed=seed)
-    law = exact_accept_length_law(alpha, k)
+    law = exact_accepted_law(alpha, k)
     n = np.arange(k + 1)
     # standard error of the mean accepted length, from its exact variance under the model
     se = np.sqrt((law * n**2).sum() - (law * n).sum() ** 2) / np.sqrt(steps)
@@ -102,7 +102,7 @@ def test_markov_engine_reports_consistently(mode):
     lang = montecarlo.ToyLanguage.make(seed=1)
     k = 4
     res = montecarlo.run_markov(lang, k, steps=100, sequences=50, mode=mode, seed=0, record=True)
-    a, s = res.accept_lengths, res.stats
+    a, s = res.accepted, res.stats
     assert a.shape == (5000,) and a.min() >= 0 and a.max() <= k
     assert s.tau == pytest.approx(a.mean() + 1)
     assert s.tokens == (res.emitted >= 0).sum() == (a + 1).sum()
@@ -119,11 +119,11 @@ def test_first_position_accepts_with_the_contexts_alpha():
     """Each step's first draft is accepted with probability alpha(start context), exactly."""
     lang = montecarlo.ToyLanguage.make(seed=2)
     res = montecarlo.run_markov(lang, 3, steps=200, sequences=200, seed=4)
-    first = res.accept_lengths >= 1
+    first = res.accepted >= 1
     se = np.sqrt((res.step_alpha * (1 - res.step_alpha)).sum()) / len(first)
     assert abs(first.mean() - res.step_alpha.mean()) < 4 * se
     greedy = montecarlo.run_markov(lang, 3, steps=50, sequences=100, mode="greedy", seed=4)
-    assert np.array_equal(greedy.accept_lengths >= 1, greedy.step_alpha == 1.0)  # greedy: no chance
+    assert np.array_equal(greedy.accepted >= 1, greedy.step_alpha == 1.0)  # greedy: no chance
 
 
 def test_stderr_between_sequences_sees_the_runs():
@@ -133,7 +133,7 @@ def test_stderr_between_sequences_sees_the_runs():
     for stickiness, low, high in [(0.5, 0.8, 1.25), (0.97, 2.0, 6.0)]:
         lang = montecarlo.ToyLanguage.make(stickiness=stickiness)
         res = montecarlo.run_markov(lang, 4, steps=300, sequences=100, seed=1)
-        per_sequence = res.accept_lengths.reshape(300, 100).mean(0)
+        per_sequence = res.accepted.reshape(300, 100).mean(0)
         assert res.tau_stderr_sequences == pytest.approx(per_sequence.std(ddof=1) / 10)
         assert low < res.tau_stderr_sequences / res.stats.tau_stderr < high, stickiness
     iid = montecarlo.run_iid(0.7, 4, 1000, seed=5)
@@ -158,11 +158,11 @@ def test_markov_engine_is_deterministic_for_a_seed():
     a = montecarlo.run_markov(lang, 3, steps=40, sequences=20, seed=11)
     b = montecarlo.run_markov(lang, 3, steps=40, sequences=20, seed=11)
     c = montecarlo.run_markov(lang, 3, steps=40, sequences=20, seed=12)
-    assert np.array_equal(a.accept_lengths, b.accept_lengths) and a.alpha_text == b.alpha_text
-    assert not np.array_equal(a.accept_lengths, c.accept_lengths)
+    assert np.array_equal(a.accepted, b.accepted) and a.alpha_text == b.alpha_text
+    assert not np.array_equal(a.accepted, c.accepted)
     x = montecarlo.run_iid(0.7, 4, 1000, seed=5)
     y = montecarlo.run_iid(0.7, 4, 1000, seed=5)
-    assert np.array_equal(x.accept_lengths, y.accept_lengths)
+    assert np.array_equal(x.accepted, y.accepted)
 
 
 def test_first_tokens_needs_record():

@@ -165,7 +165,7 @@ def test_a_wrong_commit_step_shows_a_mismatch(tmp_path):
     see_it = next(i for i, c in enumerate(nb.cells) if "the truth: what each row keeps" in c.source)
     nb.cells = nb.cells[: see_it + 1]
     answer = next(c for c in nb.cells if "def commit_step(" in c.source)
-    wrong = ["kept = torch.where(done, 0, accept_length)  # forgets the pending token",
+    wrong = ["kept = torch.where(done, 0, accepted)  # forgets the pending token",
              "return lengths + kept, torch.arange(k + 1) >= kept.unsqueeze(1)"]
     answer.source = BLOCK.sub(lambda m: "\n".join(m.group(1) + line for line in wrong), answer.source)
     nb, _ = execute(nb, tmp_path)

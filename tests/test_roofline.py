@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from specdec.decoder.bundle import ModelBundle
-from specdec.decoder.engine import DecodeResult, Engine
+from specdec.decoder.engine import Engine
+from specdec.decoder.generate import DecodeResult
 from specdec.decoder.proposers import OracleProposer
 from specdec.decoder.roofline import (
     MEMORY_BOUND,
@@ -25,7 +26,7 @@ SMALL = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_l
 
 def result(k: int, steps: int, times: dict) -> DecodeResult:
     empty = np.zeros((steps, 1), dtype=np.int64)
-    return DecodeResult(method="x", k=k, tokens=[[0]], prompt_lengths=[1], accept_lengths=empty, proposed=empty,
+    return DecodeResult(method="x", k=k, tokens=[[0]], prompt_lengths=[1], accepted=empty, proposed=empty,
                         steps=steps, wall_s=1.0, times=times)
 
 

@@ -103,12 +103,12 @@ def test_sampling_keeps_the_truncated_distribution(bundle, top_p, top_k):
 
 def test_the_same_test_rejects_sampling_from_q_after_a_rejection(bundle, monkeypatch):
     def buggy(drafts, q, p, u):
-        accept_length, _ = real(drafts, q, p, u)
+        accepted, _ = real(drafts, q, p, u)
         B, k = drafts.shape
         rows = torch.arange(B)
-        q_next = q[rows, accept_length.clamp(max=k - 1)]
-        dist = torch.where((accept_length < k).unsqueeze(1), q_next, p[rows, accept_length])  # q, not the residual
-        return accept_length, sample(dist, u[:, k])
+        q_next = q[rows, accepted.clamp(max=k - 1)]
+        dist = torch.where((accepted < k).unsqueeze(1), q_next, p[rows, accepted])  # q, not the residual
+        return accepted, sample(dist, u[:, k])
 
     real = step_mod.accept
     monkeypatch.setattr(step_mod, "accept", buggy)

@@ -77,7 +77,7 @@ def test_a_failing_admission_leaves_no_half_admitted_row(tiny_bundle):
     with pytest.raises(RuntimeError, match="planted"):
         e.admit([ids, ids], [e_params(), e_params()])
     e.target.forward = real
-    assert e.running == [] and e.free_slots == [0, 1] and not e.emitted and not e.committed
+    assert e.running == [] and e.free_slots == [0, 1] and not e.live
     assert e.generate([ids], max_new_tokens=8, stop_at_eos=False).tokens[0]  # and it still decodes
 
 

@@ -91,7 +91,7 @@ def test_tour_lab1_writes_report_and_plots(tmp_path):
     assert "optimal k" in report and "p-value" in report and "Monte Carlo" in report
     pngs = sorted(p.name for p in tmp_path.glob("*.png"))
     assert pngs == [
-        "lab1_accept_length_histogram.png",
+        "lab1_accepted_histogram.png",
         "lab1_montecarlo_vs_formula.png",
         "lab1_speedup_vs_k.png",
         "lab1_tokens_per_step_vs_k.png",

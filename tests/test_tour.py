@@ -8,7 +8,7 @@ import sys
 
 from specdec.cli import tour
 
-LAB1_PLOTS = ["lab1_tokens_per_step_vs_k.png", "lab1_speedup_vs_k.png", "lab1_accept_length_histogram.png",
+LAB1_PLOTS = ["lab1_tokens_per_step_vs_k.png", "lab1_speedup_vs_k.png", "lab1_accepted_histogram.png",
               "lab1_montecarlo_vs_formula.png"]
 LAB2_PLOTS = ["lab2_tau_and_speedup.png"]
 

@@ -145,7 +145,7 @@ def _plot_histogram(outdir: Path, iid, markov) -> Path:
     ax.bar(x - 0.2, iid.stats.histogram / iid.stats.steps, width=0.4, label="i.i.d., alpha = 0.8")
     ax.bar(x + 0.2, markov.stats.histogram / markov.stats.steps, width=0.4, label="toy language, stickiness 0.9")
     ax.legend()
-    return _save(fig, outdir, "lab1_accept_length_histogram.png")
+    return _save(fig, outdir, "lab1_accepted_histogram.png")
 
 
 def _plot_montecarlo(outdir: Path, sweep) -> Path:

@@ -125,7 +125,7 @@ class Graphs:
 
     mode None runs fn eagerly; "cuda" captures a CUDA graph on first use; "emulate" the CPU twin.
     Arguments that are None stay out of the graph (its key records where they were). `span` is the
-    number of cache slots fn's attention reads (KVCache.bound): a graph bakes it in, so it is part
+    number of cache slots fn's attention reads (KVCache.span): a graph bakes it in, so it is part
     of the key, with the number of rows in `state` (a greedy plain step may have no tensor argument).
     Keys: (name, span, rows, argument shapes).
     """

@@ -2,8 +2,9 @@
 
 `admit` prefills prompts into free rows, `step` advances every running row by one plain or
 speculative step (step.py), a finished row frees its slot at once. Lab 3's server drives this
-loop directly (continuous batching); `generate` is a thin loop over it. Rows live at fixed slots
-of preallocated tensors; a step runs on slots 0..width-1 and free rows ride along, so under CUDA
+loop directly (continuous batching); generate.py's `generate` is a thin loop over it. The host
+keeps one `Row` record per running row; its device side lives at a fixed slot of preallocated
+tensors (step.Rows). A step runs on slots 0..width-1 and free rows ride along, so under CUDA
 graphs one capture per width serves every mix of rows. Attention reads only the slots the rows
 have filled: the host knows every row's length from what it was told at the step's one sync, so
 it picks the span without asking the device (under graphs a power-of-two bucket, one capture per
@@ -13,12 +14,13 @@ bucket). Shapes: B rows, k drafts, V vocabulary.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from specdec.decoder.cuda_graphs import Graphs, graph_mode, say_eager_once
+from specdec.decoder.generate import DecodeResult, generate
 from specdec.decoder.kv_cache import KVCache
 from specdec.decoder.methods import METHODS
 from specdec.decoder.proposers import (
@@ -30,8 +32,6 @@ from specdec.decoder.proposers import (
 )
 from specdec.decoder.step import Rows, commit, plain_step, readout, to_host, verify
 from specdec.decoder.verify import sample
-from specdec.sim.stats import AcceptanceStats
-
 
 
 def make_proposer(method: str, bundle) -> Proposer | None:
@@ -73,6 +73,17 @@ class SamplingParams:
 
 
 @dataclass
+class Row:
+    """The host's record of one running row; its device side is slot `slot` of the engine's Rows."""
+
+    slot: int
+    params: SamplingParams
+    committed: int  # the row's cache length, known on the host: the counts each step reports (no sync)
+    emitted: int = 0  # tokens the row has emitted
+    gen: torch.Generator | None = None  # the row's own random numbers, when it has a seed
+
+
+@dataclass
 class RowUpdate:
     """What the admission or one step did to one row."""
 
@@ -82,50 +93,6 @@ class RowUpdate:
     proposed: int  # drafts that counted: k, fewer where the row's budget ended the step (0: plain)
     finished: str | None = None  # "stop" (a stop id), "length" (its budget), or None
     drafts: list[int] | None = None  # what the proposer guessed this step (None: prefill or plain)
-
-
-@dataclass
-class DecodeResult:
-    method: str
-    k: int
-    tokens: list[list[int]]  # generated ids per prompt (the stop id included when it ended the row)
-    prompt_lengths: list[int]
-    accept_lengths: np.ndarray  # [steps, B] accepted drafts per step; -1 where a row was not running
-    proposed: np.ndarray  # [steps, B] drafts that counted (k; fewer where the row's budget cut the step)
-    steps: int  # target forwards after the prefill (verify steps, or plain decode steps)
-    wall_s: float
-    times: dict = field(default_factory=dict)  # seconds in prefill / draft / verify / host, when profiled
-    cuda_graphs: bool = False
-    temperature: float = 0.0
-
-    @property
-    def new_tokens(self) -> int:
-        return sum(len(t) for t in self.tokens)
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.new_tokens / self.wall_s if self.wall_s > 0 else float("nan")
-
-    @property
-    def stats(self) -> AcceptanceStats | None:
-        a, ran = self.accept_lengths, self.accept_lengths >= 0
-        if self.method == "ar" or not ran.any():
-            return None
-        return AcceptanceStats.from_accept_lengths(a[ran], self.k, proposed=self.proposed[ran])
-
-    def as_dict(self) -> dict:
-        s = self.stats
-        return {
-            "method": self.method, "k": self.k if self.method != "ar" else 0, "batch": len(self.tokens),
-            "temperature": self.temperature, "cuda_graphs": self.cuda_graphs,
-            "token_ids": self.tokens, "new_tokens": self.new_tokens, "steps": self.steps,
-            "tau": s.tau if s else 1.0,
-            "acceptance_rate": s.acceptance_rate if s else None,
-            "acceptance_by_position": [float(x) for x in s.by_position] if s else [],
-            "accept_length_histogram": [int(x) for x in s.histogram] if s else [],
-            "tokens_per_s": self.tokens_per_s, "wall_s": self.wall_s,
-            "times": {k: round(v, 6) for k, v in self.times.items()},
-        }
 
 
 class Engine:
@@ -154,7 +121,8 @@ class Engine:
         pool = torch.cuda.graph_pool_handle() if self.graph_mode == "cuda" else None  # one pool per engine
         self.graphs = Graphs(self.graph_mode, pool, compile)
         self.cache = KVCache.for_model(self.target, max_batch, self.max_len)
-        self.cache.fixed_span = self.graph_mode is not None
+        # a graph's shapes are fixed: read whole, the cache reads every slot (each step's view has its own span)
+        self.cache.span = self.max_len if self.graph_mode is not None else None
         self.views: dict[tuple[int, int], KVCache] = {}  # under graphs: the cache's rows 0..width-1, per bucket
         self.row_views: dict[int, Rows] = {}  # the rows 0..width-1, per width
         self.no_draws: dict[tuple[int, int], torch.Tensor] = {}  # the uniforms of greedy steps: zeros, per shape
@@ -163,21 +131,18 @@ class Engine:
         if self.proposer is not None:
             self.proposer.setup(max_batch, self.max_len, k, Graphs(self.graph_mode, pool))
         self.capacity = max_batch
-        self.params: dict[int, SamplingParams] = {}  # running rows, by slot
-        self.emitted: dict[int, int] = {}  # tokens each running row has emitted
-        self.committed: dict[int, int] = {}  # each running row's cache length, known on the host (no sync)
-        self.row_gens: dict[int, torch.Generator] = {}
+        self.live: dict[int, Row] = {}  # the running rows, by slot
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
         self.times = dict(prefill=0.0, draft=0.0, verify=0.0, host=0.0)  # filled when profiling
 
     # -- rows join and leave -------------------------------------------------------------------
     @property
     def running(self) -> list[int]:
-        return sorted(self.params)
+        return sorted(self.live)
 
     @property
     def free_slots(self) -> list[int]:
-        return [s for s in range(self.capacity) if s not in self.params]
+        return [s for s in range(self.capacity) if s not in self.live]
 
     def check_prompt(self, prompt: list[int], params: SamplingParams) -> None:
         """A clear ValueError for what this engine cannot decode."""
@@ -219,18 +184,17 @@ class Engine:
 
     def _prefill(self, start: int, prompts: list[list[int]], params: list[SamplingParams]) -> list[RowUpdate]:
         n, W, dev = len(prompts), max(len(p) for p in prompts), self.device
+        # the prefill runs eagerly: a view without a span, whose attention reads just enough slots
         rows, cache = self.rows.view(start, start + n), self.cache.rows(start, start + n)
-        cache.fixed_span = False  # the prefill runs eagerly: attention reads just enough slots
         lens = torch.tensor([len(p) for p in prompts], device=dev)
         for b, (p, sp) in enumerate(zip(prompts, params)):
             rows.tokens[b, :len(p)] = torch.as_tensor(p, device=dev)
             rows.eos[b] = -1
             if sp.stop_at_eos and self.eos_ids:
                 rows.eos[b, : len(self.eos_ids)] = torch.tensor(self.eos_ids, device=dev)
-            self.params[start + b] = sp
-            self.committed[start + b] = len(p) - 1  # the first token's commit (in _report) makes it len(p)
-            if sp.seed is not None:
-                self.row_gens[start + b] = torch.Generator().manual_seed(sp.seed)
+            # committed: the first token's commit (in _report) makes it len(p)
+            gen = torch.Generator().manual_seed(sp.seed) if sp.seed is not None else None
+            self.live[start + b] = Row(start + b, sp, committed=len(p) - 1, gen=gen)
         rows.temperature.copy_(torch.tensor([sp.temperature for sp in params]))
         rows.top_p.copy_(torch.tensor([sp.top_p for sp in params]))
         rows.top_k.copy_(torch.tensor([sp.top_k for sp in params]))
@@ -252,10 +216,7 @@ class Engine:
 
     def retire(self, slot: int) -> None:
         """Free a row (finished, or cancelled by its caller): the next admit may reuse it."""
-        self.params.pop(slot, None)
-        self.row_gens.pop(slot, None)
-        self.emitted.pop(slot, None)
-        self.committed.pop(slot, None)
+        self.live.pop(slot, None)
         self.rows.done[slot] = True
 
     # -- one step of every running row -----------------------------------------------------------
@@ -263,16 +224,16 @@ class Engine:
     def step(self, profile: bool = False) -> list[RowUpdate]:
         """Advance every running row by one step; `profile` synchronises the device around each
         phase to split the time (a GPU otherwise runs ahead of the host until the step's result)."""
-        if not self.params:
+        if not self.live:
             return []
         width, k = self.width(), self.k
         # every position this step reads (the verify block, the proposer's own) is below `need`
-        need = max(self.committed.values()) + (1 if self.proposer is None else k + 1)
-        span = self.span(need)
+        need = max(r.committed for r in self.live.values()) + (1 if self.proposer is None else k + 1)
+        span = self.pick_span(need)
         rows, cache = self.row_view(width), self.cache_view(width, span)
         rows.span = span
         self._flags(rows)
-        sync = self._sync if profile else (lambda: None)
+        sync = self.sync if profile else (lambda: None)
         t0 = time.perf_counter()
         if self.proposer is None:
             # greedy rows read no uniforms: None keeps them out of the step (no copy into a graph's input)
@@ -293,14 +254,14 @@ class Engine:
         t2 = time.perf_counter()
         steps = to_host(host, 1 if self.proposer is None else k + 1)  # the one sync of a step: what the host needs
         updates = []
-        for slot in list(self.params):
-            row = steps[slot]
+        for slot, row in list(self.live.items()):
+            got = steps[slot]
             # drafts count as proposed up to the row's budget: past it they could never be emitted
-            left = self.params[slot].max_new_tokens - self.emitted[slot]
+            left = row.params.max_new_tokens - row.emitted
             proposed = 0 if self.proposer is None else min(k, left - 1)
-            accepted = min(row.accepted, proposed) if row.accepted >= 0 else -1
-            updates.append(self._report(slot, row.tokens, accepted, proposed, row.done,
-                                        row.drafts if self.proposer is not None else None))
+            accepted = min(got.accepted, proposed) if got.accepted >= 0 else -1
+            updates.append(self._report(slot, got.tokens, accepted, proposed, got.done,
+                                        got.drafts if self.proposer is not None else None))
         self.times["draft"] += t1 - t0
         self.times["verify"] += t2 - t1
         self.times["host"] += time.perf_counter() - t2
@@ -317,67 +278,28 @@ class Engine:
         emitted, count, accepted, hidden = verify(self.target, cache, rows, drafts, q, u)
         return readout(rows, count, accepted, emitted, drafts), count, hidden
 
-    # -- a whole batch, start to finish ----------------------------------------------------------
     def generate(self, prompts: list[list[int]], max_new_tokens: int = 64, temperature: float = 0.0,
                  top_p: float = 1.0, top_k: int = 0, seed: int = 0, stop_at_eos: bool = True,
                  profile: bool = False) -> DecodeResult:
-        """Decode every prompt (more prompts than rows wait for a free one, as in a server);
-        `profile` splits the time into phases at the cost of a device sync around each."""
-        if not prompts:
-            raise ValueError("no prompts")
-        if self.params:
-            raise RuntimeError("generate needs an idle engine; rows are running")
+        """A whole batch, start to finish (generate.py), every row with these sampling parameters."""
         params = SamplingParams(max_new_tokens, temperature, top_p, top_k, stop_at_eos)
-        for p in prompts:
-            self.check_prompt(p, params)
-        self.gen.manual_seed(seed)
-        self.times = dict.fromkeys(self.times, 0.0)
-        B = len(prompts)
-        out: list[list[int]] = [[] for _ in prompts]
-        owner: dict[int, int] = {}  # slot -> prompt index
-        log_acc, log_prop = [], []
-        waiting = list(range(B))
-        self._sync()
-        t0 = time.perf_counter()
-        while waiting or self.params:
-            if waiting and self.free_slots:
-                batch = waiting[: len(self.free_slots)]
-                waiting = waiting[len(batch):]
-                for i, up in zip(batch, self.admit([prompts[i] for i in batch], params)):
-                    owner[up.slot] = i
-                    out[i] += up.tokens
-                continue  # rows that finished at their first token free their slot at once
-            acc, prop = np.full(B, -1), np.zeros(B, dtype=np.int64)
-            for up in self.step(profile):
-                i = owner[up.slot]
-                out[i] += up.tokens
-                acc[i], prop[i] = up.accepted, up.proposed
-            log_acc.append(acc)
-            log_prop.append(prop)
-        self._sync()
-        wall = time.perf_counter() - t0
-        steps = len(log_acc)
-        shape = (steps, B) if steps else (0, B)
-        return DecodeResult(method=self.method, k=self.k, tokens=out, prompt_lengths=[len(p) for p in prompts],
-                            accept_lengths=np.array(log_acc, dtype=np.int64).reshape(shape),
-                            proposed=np.array(log_prop, dtype=np.int64).reshape(shape), steps=steps, wall_s=wall,
-                            times=dict(self.times) if profile else {}, cuda_graphs=self.graph_mode == "cuda",
-                            temperature=temperature)
+        return generate(self, prompts, params, seed, profile)
 
     def _report(self, slot: int, tokens: list[int], accepted: int, proposed: int, done: bool,
                 drafts: list[int] | None = None) -> RowUpdate:
-        self.emitted[slot] = self.emitted.get(slot, 0) + len(tokens)
-        self.committed[slot] += len(tokens)  # commit moved the row's cache length over what it kept
+        row = self.live[slot]
+        row.emitted += len(tokens)
+        row.committed += len(tokens)  # commit moved the row's cache length over what it kept
         finished = None
         if done:
-            finished = "stop" if tokens and tokens[-1] in self.eos_ids and self.params[slot].stop_at_eos else "length"
+            finished = "stop" if tokens and tokens[-1] in self.eos_ids and row.params.stop_at_eos else "length"
             self.retire(slot)
         return RowUpdate(slot, tokens, accepted, proposed, finished, drafts)
 
     def width(self) -> int:
         """Rows in this step's fixed shape: up to the highest running slot; under graphs rounded up to
         a power of two, so that a few captures serve every mix of rows."""
-        top = max(self.params) + 1
+        top = max(self.live) + 1
         if self.graph_mode is None:
             return top
         return min(self.capacity, 1 << (top - 1).bit_length())
@@ -398,7 +320,7 @@ class Engine:
             self.views[width, span] = self.cache.rows(0, width, span)
         return self.views[width, span]
 
-    def span(self, need: int) -> int:
+    def pick_span(self, need: int) -> int:
         """Cache slots attention reads in a step whose positions all lie below `need`: just those when
         eager; under graphs the power of two above (at least min_span, at most max_len), so that a
         few captures serve every context and a step reads at most twice what it needs."""
@@ -407,7 +329,7 @@ class Engine:
         return min(self.max_len, max(self.min_span, 1 << (need - 1).bit_length()))
 
     def _flags(self, rows: Rows) -> None:
-        running = self.params.values()
+        running = [r.params for r in self.live.values()]
         rows.sampling = self.rows.sampling = any(sp.temperature > 0 for sp in running)
         rows.truncating = self.rows.truncating = any(sp.top_p < 1 or sp.top_k > 0 for sp in running)
 
@@ -424,11 +346,11 @@ class Engine:
                 self.no_draws[n, width] = torch.zeros(n, width, device=self.device)
             return self.no_draws[n, width]
         u = torch.rand(n, width, device=self.device, generator=self.gen)
-        for slot, g in self.row_gens.items():
-            if start <= slot < start + n:
-                u[slot - start] = torch.rand(width, generator=g).to(self.device)
+        for slot, row in self.live.items():
+            if row.gen is not None and start <= slot < start + n:
+                u[slot - start] = torch.rand(width, generator=row.gen).to(self.device)
         return u
 
-    def _sync(self) -> None:
+    def sync(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)

@@ -7,8 +7,9 @@ Nothing is ever copied: attention masks by position, and stale slots are overwri
 because every forward writes from its row's committed length upwards.
 
 Attention reads a prefix [0, span) of the slots. The engine knows every row's length on the host
-(no device sync), so it sets a `bound` per step, under CUDA graphs rounded up to a power-of-two
-bucket (one capture per bucket): a step costs what its context costs, not what the cache holds.
+(no device sync), so it makes each step's cache view with its `span`, under CUDA graphs rounded up
+to a power-of-two bucket (one capture per bucket): a step costs what its context costs, not what
+the cache holds. A view without a span (the eager prefill) reads just enough slots.
 """
 
 from __future__ import annotations
@@ -25,10 +26,9 @@ class KVCache:
         self.lengths = torch.zeros(batch, dtype=torch.long, device=device)  # committed tokens per row
         self.max_len = max_len
         self.batch = batch
-        # Slots [0, bound) hold every key a step may read: chosen on the host per step (no sync). Without
-        # a bound, a CUDA graph (shapes frozen at capture) must read every slot: fixed_span.
-        self.bound: int | None = None
-        self.fixed_span = False
+        # Slots [0, span) hold every key a step may read: chosen on the host per step (no sync), and
+        # fixed for a CUDA graph (shapes frozen at capture). None: just enough, read off the positions.
+        self.span: int | None = None
 
     @classmethod
     def for_model(cls, model, batch: int, max_len: int) -> "KVCache":
@@ -37,14 +37,14 @@ class KVCache:
         n_layers = getattr(model, "num_cache_layers", cfg.num_hidden_layers)
         return cls(n_layers, batch, cfg.num_key_value_heads, cfg.head_dim, max_len, p.device, p.dtype)
 
-    def rows(self, start: int, stop: int, bound: int | None = None) -> "KVCache":
-        """Rows start..stop-1 as a cache of their own that shares this one's memory (a view), with
-        the step's bound on the slots attention reads."""
+    def rows(self, start: int, stop: int, span: int | None = None) -> "KVCache":
+        """Rows start..stop-1 as a cache of their own that shares this one's memory (a view), whose
+        attention reads the step's `span` of slots (None: just enough)."""
         view = object.__new__(KVCache)
         view.k = [t[start:stop] for t in self.k]
         view.v = [t[start:stop] for t in self.v]
         view.lengths = self.lengths[start:stop]
-        view.max_len, view.batch, view.fixed_span, view.bound = self.max_len, stop - start, self.fixed_span, bound
+        view.max_len, view.batch, view.span = self.max_len, stop - start, span
         return view
 
     def write(self, layer: int, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor) -> None:
@@ -55,13 +55,11 @@ class KVCache:
         self.k[layer][rows, :, positions] = k.transpose(1, 2)
         self.v[layer][rows, :, positions] = v.transpose(1, 2)
 
-    def span(self, positions: torch.Tensor) -> int:
-        """How many slots attention reads: the host's bound when it set one, all of them under a graph
-        without one, else just enough (read from positions [B, T]: a device sync)."""
-        if self.bound is not None:
-            return self.bound
-        if self.fixed_span:
-            return self.max_len
+    def slots_read(self, positions: torch.Tensor) -> int:
+        """How many slots attention reads: the span when the host set one, else just enough (read
+        from positions [B, T]: a device sync)."""
+        if self.span is not None:
+            return self.span
         return min(self.max_len, int(positions.max()) + 1)
 
     def positions(self, width: int) -> torch.Tensor:

@@ -174,7 +174,7 @@ class Attention(nn.Module):
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
             cache.write(layer, k, v, positions)
-            S = mask.shape[-1]  # the slots this step reads: a prefix of the cache (KVCache.span)
+            S = mask.shape[-1]  # the slots this step reads: a prefix of the cache (KVCache.slots_read)
             K, V = cache.k[layer][:, :, :S], cache.v[layer][:, :, :S]  # [B, nkv, S, D]
             # Grouped-query attention without copying the cache: fold each group's query heads
             # into the query-length axis, so one key/value head serves g*T query rows.
@@ -288,7 +288,7 @@ class Transformer(nn.Module):
         mask = None
         if cache is not None:  # built once, shared by every layer
             group = self.config.num_attention_heads // self.config.num_key_value_heads
-            mask = attention_mask(positions, cache.span(positions), group)
+            mask = attention_mask(positions, cache.slots_read(positions), group)
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, cache, i, positions, mask)
         hidden = self.norm(x)

@@ -85,7 +85,6 @@ class FeatureDraftProposer(Proposer):
     def setup(self, capacity, max_len, k, graphs):
         self.graphs = graphs
         self.cache = KVCache.for_model(self.module, capacity, max_len)
-        self.cache.fixed_span = graphs.mode is not None
         H, p = self.target.config.hidden_size, next(self.module.parameters())
         self.fresh = torch.zeros(capacity, k + 1, H, device=p.device, dtype=p.dtype)  # target states not yet read
         self.fresh_count = torch.zeros(capacity, dtype=torch.long, device=p.device)
@@ -97,7 +96,6 @@ class FeatureDraftProposer(Proposer):
     def admit(self, rows, start, hidden):
         n, W, _ = hidden.shape
         cache = self.cache.rows(start, start + n)
-        cache.fixed_span = False  # the prefill runs eagerly: attention reads just enough slots
         cache.lengths.zero_()
         lengths = rows.lengths[start:start + n]  # the prompts' lengths (the target committed them)
         if W > 1:  # every prompt position but the last: (h_t, x_t+1), all known
@@ -175,12 +173,10 @@ class DraftModelProposer(Proposer):
     def setup(self, capacity, max_len, k, graphs):
         self.graphs = graphs
         self.cache = KVCache.for_model(self.draft, capacity, max_len)
-        self.cache.fixed_span = graphs.mode is not None
 
     def admit(self, rows, start, hidden):
         n, W, _ = hidden.shape
         cache = self.cache.rows(start, start + n)
-        cache.fixed_span = False  # the prefill runs eagerly: attention reads just enough slots
         cache.lengths.zero_()
         self.draft(rows.tokens[start:start + n, :W], torch.arange(W, device=hidden.device).expand(n, W), cache)
         cache.commit(rows.lengths[start:start + n] - 1, check=False)

@@ -18,7 +18,8 @@ import numpy as np
 import torch
 
 from specdec.decoder.bundle import ModelBundle
-from specdec.decoder.engine import DecodeResult, Engine
+from specdec.decoder.engine import Engine
+from specdec.decoder.generate import DecodeResult
 from specdec.decoder.model import ModelConfig, Transformer
 from specdec.decoder.proposers import OracleProposer
 from specdec.sim.formulas import expected_tokens_per_step, speedup_from_costs
@@ -178,7 +179,7 @@ def oracle_run(target: Transformer, name: str, alpha: float = 0.8, k: int = 4, n
     say("streaming floor")
     floor = read_floor(target)
     costs = StepCosts.measured(plain, spec)
-    stats = AcceptanceStats.from_accept_lengths(np.concatenate([r.accept_lengths[:, 0] for r in spec]), k,
+    stats = AcceptanceStats.from_accepted(np.concatenate([r.accepted[:, 0] for r in spec]), k,
                                                 proposed=np.concatenate([r.proposed[:, 0] for r in spec]))
     return OracleRun(
         name=name, weight_mb=weight_bytes(target) / 1e6, floor=floor, caches=cache_sizes(), alpha=alpha, k=k,

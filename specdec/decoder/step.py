@@ -40,7 +40,7 @@ class Rows:
     eos: torch.Tensor  # [B, E] ids that end the row, -1 for none
     sampling: bool = False  # some row has temperature > 0 (decided on the host: no sync)
     truncating: bool = False  # some row has top_p < 1 or top_k > 0
-    span: int | None = None  # cache slots attention reads this step, every cache alike (KVCache.bound)
+    span: int | None = None  # cache slots attention reads this step, every cache alike (KVCache.span)
 
     @classmethod
     def empty(cls, cache: KVCache, slots: int, n_eos: int) -> "Rows":
@@ -129,16 +129,16 @@ def verify(target, cache: KVCache, rows: Rows, drafts: torch.Tensor, q: torch.Te
     """Verify drafts [B, k] (drawn from q [B, k, V], or deterministic: None) in one target forward
     over [pending, d1..dk] at each row's next k+1 positions, then commit; u [B, k+1] (None when every
     row is greedy and q is None).
-    Returns emitted [B, k+1], count [B], accept_length [B] and the target's hidden [B, k+1, H]."""
+    Returns emitted [B, k+1], count [B], accepted [B] and the target's hidden [B, k+1, H]."""
     k = drafts.shape[1]
     pos = cache.positions(k + 1)  # [B, k+1]
     block = torch.cat([rows.tokens.gather(1, pos[:, :1]), drafts], 1)
     logits, hidden = target(block, pos, cache)  # provisional writes: lengths do not move
     if rows.sampling or q is not None:
-        accept_length, next_token = accept(drafts, q, rows.probs(logits), u)
+        accepted, next_token = accept(drafts, q, rows.probs(logits), u)
     else:  # every row greedy and the drafts deterministic: the same rule read off the argmax
-        accept_length, next_token = greedy_accept(drafts, logits)
+        accepted, next_token = greedy_accept(drafts, logits)
     # the accepted drafts, then the target's own token (a correction, or the bonus after k)
-    emitted = torch.cat([drafts, next_token.unsqueeze(1)], 1).scatter(1, accept_length.unsqueeze(1),
+    emitted = torch.cat([drafts, next_token.unsqueeze(1)], 1).scatter(1, accepted.unsqueeze(1),
                                                                       next_token.unsqueeze(1))
-    return emitted, commit(rows, cache, emitted, accept_length + 1), accept_length, hidden
+    return emitted, commit(rows, cache, emitted, accepted + 1), accepted, hidden

@@ -54,29 +54,29 @@ def accept(drafts: torch.Tensor, q: torch.Tensor | None, p: torch.Tensor, u: tor
     q one-hot on each); p [B, k+1, V] the target's distributions at the block's positions;
     u [B, k+1] uniforms. Accept d_j while u_j q(d_j) < p(d_j); after the first rejection sample the
     normalised residual max(0, p - q) there; after k acceptances, a bonus token from p_k.
-    Returns accept_length [B] and next_token [B].
+    Returns accepted [B] and next_token [B].
     """
     B, k = drafts.shape
     p_draft = p[:, :k].gather(-1, drafts.unsqueeze(-1)).squeeze(-1)  # [B, k]
     q_draft = torch.ones_like(p_draft) if q is None else q.gather(-1, drafts.unsqueeze(-1)).squeeze(-1)
-    accepted = (u[:, :k] * q_draft < p_draft).int()  # u < p/q, without dividing by q
-    accept_length = accepted.cumprod(1).sum(1)  # the leading run of acceptances
+    agree = (u[:, :k] * q_draft < p_draft).int()  # u < p/q, without dividing by q
+    accepted = agree.cumprod(1).sum(1)  # the leading run of acceptances
     rows = torch.arange(B, device=drafts.device)
-    p_next = p[rows, accept_length]  # [B, V]: the target at the first rejected (or the bonus) position
-    j = accept_length.clamp(max=k - 1)
+    p_next = p[rows, accepted]  # [B, V]: the target at the first rejected (or the bonus) position
+    j = accepted.clamp(max=k - 1)
     q_next = F.one_hot(drafts[rows, j], p.shape[-1]).to(p.dtype) if q is None else q[rows, j].to(p.dtype)
     residual = (p_next - q_next).clamp_min(0.0)
-    dist = torch.where((accept_length < k).unsqueeze(1), residual, p_next)
+    dist = torch.where((accepted < k).unsqueeze(1), residual, p_next)
     # p == q leaves no residual, but then nothing is ever rejected: p is as good as anything there
     dist = torch.where(dist.sum(-1, keepdim=True) > 0, dist, p_next)
-    return accept_length, sample(dist, u[:, k])
+    return accepted, sample(dist, u[:, k])
 
 
 def greedy_accept(drafts: torch.Tensor, target_logits: torch.Tensor):
     """Greedy verification, the temperature-0 case of `accept` (p one-hot on the argmax): drafts [B, k],
-    target_logits [B, k+1, V] -> accept_length [B] (leading drafts equal to the argmax), next_token [B]
+    target_logits [B, k+1, V] -> accepted [B] (leading drafts equal to the argmax), next_token [B]
     (the argmax after them). Read straight off the argmax: no distributions over the vocabulary."""
     B, k = drafts.shape
     best = target_logits.argmax(-1)  # [B, k+1]
-    accept_length = (drafts == best[:, :k]).int().cumprod(1).sum(1)
-    return accept_length, best.gather(1, accept_length.unsqueeze(1)).squeeze(1)
+    accepted = (drafts == best[:, :k]).int().cumprod(1).sum(1)
+    return accepted, best.gather(1, accepted.unsqueeze(1)).squeeze(1)

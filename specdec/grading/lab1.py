@@ -132,23 +132,23 @@ def certain_steps(rng: np.random.Generator) -> list[Case]:
 
 
 def step_answer(case: Case, got: Any) -> tuple[int, np.ndarray] | str:
-    """(accept_length, emitted) from speculative_step's answer, or what is wrong with its form."""
+    """(accepted, emitted) from speculative_step's answer, or what is wrong with its form."""
     drafts = case.args[2]
     try:
         n, emitted = got
         emitted = as_numpy(emitted)
         n, emitted = int(n), emitted.astype(np.int64).ravel()
     except (TypeError, ValueError, AttributeError):
-        return f"speculative_step must return (accept_length, emitted_tokens), got {short(got)}"
+        return f"speculative_step must return (accepted, emitted_tokens), got {short(got)}"
     k, v = len(drafts), case.args[0].shape[-1]
     if not 0 <= n <= k:
-        return f"accept_length must be in 0..k={k}, got {n}"
+        return f"accepted must be in 0..k={k}, got {n}"
     if len(emitted) and not (0 <= emitted.min() and emitted.max() < v):
         return f"emitted tokens must be ids in 0..{v - 1}, got {emitted.tolist()}"
     if len(emitted) != n + 1:
-        return f"with accept_length={n} it must emit {n + 1} tokens (the accepted drafts + 1), got {len(emitted)}"
+        return f"with accepted={n} it must emit {n + 1} tokens (the accepted drafts + 1), got {len(emitted)}"
     if not np.array_equal(emitted[:n], drafts[:n]):
-        return f"the first accept_length emitted tokens must be the accepted drafts {drafts[:n]}, got {emitted[:n]}"
+        return f"the first {n} emitted tokens must be the accepted drafts {drafts[:n]}, got {emitted[:n]}"
     return n, emitted
 
 
@@ -164,7 +164,7 @@ def judge_certain_step(case: Case, got: Any, want: None) -> str | None:
         why = "p(x1) = 0: the first draft is rejected and the token comes from the residual max(0, p - q)"
     else:
         return None
-    return f"{why}; got accept_length={n}, emitted={emitted.tolist()}"
+    return f"{why}; got accepted={n}, emitted={emitted.tolist()}"
 
 
 TRIALS = 2000
@@ -331,8 +331,8 @@ def judge_summary(case: Case, got: Any, want: stats.AcceptanceStats) -> list[str
 
 Q7 = Exercise(
     id="lab1.q7", points=1, title="tau and acceptance rate from a log of verify steps", reads="acceptance_summary",
-    signature="(accept_lengths, k)",
-    parts=(Part(log_cases, judge_summary, stats.AcceptanceStats.from_accept_lengths, what="logs"),),
+    signature="(accepted, k)",
+    parts=(Part(log_cases, judge_summary, stats.AcceptanceStats.from_accepted, what="logs"),),
 )
 
 EXERCISES = (Q1, Q2, Q3, Q4, Q5, Q6, Q7)

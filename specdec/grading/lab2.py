@@ -48,9 +48,9 @@ def verify_cases(rng: np.random.Generator) -> list[Case]:
 def judge_verify(case: Case, got: Any, want: tuple[torch.Tensor, torch.Tensor]) -> str | None:
     draft, logits = case.args
     B, k = draft.shape
-    answer = pair(got, "greedy_verify_batch", "(accept_length [B], next_token [B])")
+    answer = pair(got, "greedy_verify_batch", "(accepted [B], next_token [B])")
     try:
-        n = vector(answer[0], B, "accept_length", integer=True)
+        n = vector(answer[0], B, "accepted", integer=True)
         t = vector(answer[1], B, "next_token", integer=True)
     except WrongShape as exc:
         raise WrongShape(f"{case.shown}: {exc}") from None
@@ -66,7 +66,7 @@ def judge_verify(case: Case, got: Any, want: tuple[torch.Tensor, torch.Tensor]) 
     elif n[b] == want_n[b]:
         hint = " (after a rejection the next token is the target's argmax at the rejected position)"
     return (f"row {b}: drafts {draft[b].tolist()}, target argmax {logits[b].argmax(-1).tolist()}: expected "
-            f"accept_length={want_n[b]}, next_token={want_t[b]}; got {n[b]}, {t[b]}{hint}")
+            f"accepted={want_n[b]}, next_token={want_t[b]}; got {n[b]}, {t[b]}{hint}")
 
 
 Q1 = Exercise(
@@ -102,7 +102,7 @@ def commit_cases(rng: np.random.Generator) -> list[Case]:
         done = torch.as_tensor(rng.random(B) < (0.0 if i == 0 else 0.3))
         if i == 1:
             accept.zero_()  # nothing accepted: the pending token's slot is still kept
-        shown = f"lengths={lengths.tolist()}, accept_length={accept.tolist()}, k={k}, done={done.int().tolist()}"
+        shown = f"lengths={lengths.tolist()}, accepted={accept.tolist()}, k={k}, done={done.int().tolist()}"
         cases.append(Case((lengths, accept, k, done), shown=shown))
     return cases
 
@@ -135,7 +135,7 @@ def judge_commit(case: Case, got: Any, want: tuple[torch.Tensor, torch.Tensor]) 
 
 Q2 = Exercise(
     id="lab2.q2", points=2, title="KV-cache bookkeeping after a verify step: commit and rollback",
-    reads="commit_step", signature="(lengths, accept_length, k, done)",
+    reads="commit_step", signature="(lengths, accepted, k, done)",
     parts=(Part(commit_cases, judge_commit, reference_commit, what="batches"),),
 )
 
@@ -164,7 +164,7 @@ def log_cases(rng: np.random.Generator) -> list[Case]:
 
 
 def log_stats(log: np.ndarray, k: int) -> stats.AcceptanceStats:
-    return stats.AcceptanceStats.from_accept_lengths(log[log >= 0], k)
+    return stats.AcceptanceStats.from_accepted(log[log >= 0], k)
 
 
 def judge_log(case: Case, got: Any, want: stats.AcceptanceStats) -> list[str | None]:
@@ -199,7 +199,7 @@ Q3 = Exercise(
     id="lab2.q3", points=2, title="tau and acceptance by position from a decode log", reads="acceptance_from_log",
     signature="(accept_log, k)",
     parts=(Part(log_cases, judge_log, log_stats, what="logs"),),
-    answered_by=("specdec.sim.stats:AcceptanceStats.from_accept_lengths",),  # what log_stats hands it to
+    answered_by=("specdec.sim.stats:AcceptanceStats.from_accepted",),  # what log_stats hands it to
 )
 
 

@@ -134,16 +134,16 @@ class MonteCarloResult:
 
     k: int
     mode: str  # "sample", "greedy" or "iid"
-    accept_lengths: np.ndarray  # (steps * sequences,) accepted drafts per verify step
+    accepted: np.ndarray  # (steps * sequences,) accepted drafts per verify step
     alpha_text: float  # mean acceptance probability over the contexts of the emitted text
     step_context: np.ndarray | None = None  # (steps * sequences,) the token each verify step starts after
     step_alpha: np.ndarray | None = None  # (steps * sequences,) alpha of that context
     emitted: np.ndarray | None = None  # (steps, sequences, k+1), -1 padded, when recorded
-    sequences: int = 1  # independent sequences; accept_lengths is step-major: (steps, sequences) flattened
+    sequences: int = 1  # independent sequences; accepted is step-major: (steps, sequences) flattened
 
     @property
     def stats(self) -> AcceptanceStats:
-        return AcceptanceStats.from_accept_lengths(self.accept_lengths, self.k)
+        return AcceptanceStats.from_accepted(self.accepted, self.k)
 
     @property
     def tau_stderr_sequences(self) -> float:
@@ -152,14 +152,14 @@ class MonteCarloResult:
         every step as independent, understates it; with one sequence that is all there is."""
         if self.sequences < 2:
             return self.stats.tau_stderr
-        per_sequence = self.accept_lengths.reshape(-1, self.sequences).mean(0)
+        per_sequence = self.accepted.reshape(-1, self.sequences).mean(0)
         return float(per_sequence.std(ddof=1) / np.sqrt(self.sequences))
 
     @property
     def alpha_verified(self) -> float:
         """Accepted drafts / drafts actually verified (a draft after a rejection is never checked)."""
-        verified = np.minimum(self.accept_lengths + 1, self.k).sum()
-        return float(self.accept_lengths.sum() / verified)
+        verified = np.minimum(self.accepted + 1, self.k).sum()
+        return float(self.accepted.sum() / verified)
 
     @property
     def tau_from_alpha_text(self) -> float:
@@ -199,8 +199,8 @@ def run_iid(alpha: float, k: int, steps: int, seed: int = 0) -> MonteCarloResult
     """The formula's own world: every position accepted independently with probability alpha."""
     formulas.expected_tokens_per_step(alpha, k)  # validates alpha and k
     rng = np.random.default_rng(seed)
-    accepted = rng.random((steps, k)) < alpha
-    return MonteCarloResult(k=k, mode="iid", accept_lengths=np.cumprod(accepted, 1).sum(1), alpha_text=float(alpha))
+    agree = rng.random((steps, k)) < alpha
+    return MonteCarloResult(k=k, mode="iid", accepted=np.cumprod(agree, 1).sum(1), alpha_text=float(alpha))
 
 
 def run_markov(
@@ -267,7 +267,7 @@ def run_markov(
     return MonteCarloResult(
         k=k,
         mode=mode,
-        accept_lengths=np.concatenate(all_lengths),
+        accepted=np.concatenate(all_lengths),
         alpha_text=alpha_sum / n_tokens,
         step_context=np.concatenate(step_context),
         step_alpha=alpha_ctx[np.concatenate(step_context)],
@@ -284,8 +284,8 @@ def run_sequence(
 ) -> tuple[np.ndarray, np.ndarray]:
     """One sequence, one step at a time, with k chosen before each step.
 
-    choose_k(ks_so_far, accept_lengths_so_far) -> k for the next step (adaptive-k experiments).
-    Returns (ks, accept_lengths), one entry per verify step.
+    choose_k(ks_so_far, accepted_so_far) -> k for the next step (adaptive-k experiments).
+    Returns (ks, accepted), one entry per verify step.
     """
     rng = np.random.default_rng(seed)
     context = int(rng.choice(lang.vocab, p=lang.stationary()))

@@ -12,10 +12,10 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 
-def _check_lengths(accept_lengths: ArrayLike, k: int) -> np.ndarray:
+def _check_accepted(accepted: ArrayLike, k: int) -> np.ndarray:
     if isinstance(k, bool) or int(k) != k or k < 1:
         raise ValueError(f"k must be an integer >= 1, got {k!r}")
-    a = np.asarray(accept_lengths).ravel()
+    a = np.asarray(accepted).ravel()
     if a.size == 0:
         raise ValueError("no verify steps")
     if not np.all(a == np.floor(a)) or a.min() < 0 or a.max() > k:
@@ -23,26 +23,26 @@ def _check_lengths(accept_lengths: ArrayLike, k: int) -> np.ndarray:
     return a.astype(np.int64)
 
 
-def tau_of(accept_lengths: ArrayLike, k: int) -> float:
+def tau_of(accepted: ArrayLike, k: int) -> float:
     """Mean tokens emitted per verify step: mean accepted drafts + 1."""
-    return float(_check_lengths(accept_lengths, k).mean() + 1)
+    return float(_check_accepted(accepted, k).mean() + 1)
 
 
-def acceptance_rate(accept_lengths: ArrayLike, k: int) -> float:
+def acceptance_rate(accepted: ArrayLike, k: int) -> float:
     """Per-draft acceptance rate: accepted drafts / proposed drafts (k per step)."""
-    a = _check_lengths(accept_lengths, k)
+    a = _check_accepted(accepted, k)
     return float(a.sum() / (k * a.size))
 
 
-def acceptance_by_position(accept_lengths: ArrayLike, k: int) -> np.ndarray:
+def acceptance_by_position(accepted: ArrayLike, k: int) -> np.ndarray:
     """Fraction of steps whose draft at position i = 1..k was accepted (after a rejection: not)."""
-    a = _check_lengths(accept_lengths, k)
+    a = _check_accepted(accepted, k)
     return (a[:, None] >= np.arange(1, k + 1)).mean(0)
 
 
-def accept_length_histogram(accept_lengths: ArrayLike, k: int) -> np.ndarray:
+def accepted_histogram(accepted: ArrayLike, k: int) -> np.ndarray:
     """Number of steps that accepted 0, 1, ..., k drafts."""
-    return np.bincount(_check_lengths(accept_lengths, k), minlength=k + 1)
+    return np.bincount(_check_accepted(accepted, k), minlength=k + 1)
 
 
 @dataclass(frozen=True)
@@ -60,10 +60,10 @@ class AcceptanceStats:
     histogram: np.ndarray  # (k+1,) steps with 0..k drafts accepted
 
     @classmethod
-    def from_accept_lengths(cls, accept_lengths: ArrayLike, k: int, proposed: ArrayLike | None = None) -> "AcceptanceStats":
+    def from_accepted(cls, accepted: ArrayLike, k: int, proposed: ArrayLike | None = None) -> "AcceptanceStats":
         """`proposed`: drafts judged at each step, when some steps proposed fewer than k (a row's
         last step, cut at its budget, needs fewer: the drafts past it were never candidates)."""
-        a = _check_lengths(accept_lengths, k)
+        a = _check_accepted(accepted, k)
         n = a.size
         prop = np.full(n, k) if proposed is None else np.asarray(proposed).ravel().astype(np.int64)
         if prop.shape != a.shape or (prop > k).any() or (a > prop).any():
@@ -79,7 +79,7 @@ class AcceptanceStats:
             tau_stderr=float(a.std(ddof=1) / np.sqrt(n)) if n > 1 else float("nan"),
             acceptance_rate=float(a.sum() / prop.sum()) if prop.sum() else float("nan"),
             by_position=np.where(asked > 0, (a[:, None] >= positions).sum(0) / np.maximum(asked, 1), np.nan),
-            histogram=accept_length_histogram(a, k),
+            histogram=accepted_histogram(a, k),
         )
 
     @property

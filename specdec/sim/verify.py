@@ -13,7 +13,7 @@ from numpy.typing import ArrayLike
 
 
 def greedy_verify_batch(draft_tokens: ArrayLike, target_argmax: ArrayLike) -> np.ndarray:
-    """accept_lengths (n,): per row, how many leading drafts (n, k) equal the target's argmax at their
+    """accepted (n,): per row, how many leading drafts (n, k) equal the target's argmax at their
     position (n, >= k); a match after a mismatch does not count."""
     d, t = np.atleast_2d(draft_tokens), np.atleast_2d(target_argmax)
     k = d.shape[1]
@@ -23,7 +23,7 @@ def greedy_verify_batch(draft_tokens: ArrayLike, target_argmax: ArrayLike) -> np
 
 
 def greedy_verify(draft_tokens: ArrayLike, target_argmax: ArrayLike) -> int:
-    """accept_length: how many leading draft tokens equal the target's argmax at their position."""
+    """accepted: how many leading draft tokens equal the target's argmax at their position."""
     return int(greedy_verify_batch(np.ravel(draft_tokens)[None], np.ravel(target_argmax)[None])[0])
 
 
@@ -65,7 +65,7 @@ def speculative_sample(
     """One verify step of speculative sampling for one sequence.
 
     p_rows: (k+1, V) target rows (k draft positions + bonus); q_rows: (k, V); draft_tokens: k tokens
-    drawn from q_rows. Returns (accept_length, emitted_tokens) with accept_length + 1 tokens emitted.
+    drawn from q_rows. Returns (accepted, emitted_tokens) with accepted + 1 tokens emitted.
     """
     p_rows, q_rows = np.asarray(p_rows, dtype=float), np.asarray(q_rows, dtype=float)
     draft_tokens = np.asarray(draft_tokens, dtype=np.int64).ravel()
@@ -88,8 +88,8 @@ def speculative_sample_batch(
 ) -> tuple[np.ndarray, np.ndarray]:
     """speculative_sample for n independent trials at once.
 
-    p_rows (n, k+1, V), q_rows (n, k, V), draft_tokens (n, k). Returns accept_lengths (n,) and
-    emitted (n, k+1), padded with -1 after the accept_length + 1 emitted tokens.
+    p_rows (n, k+1, V), q_rows (n, k, V), draft_tokens (n, k). Returns accepted (n,) and
+    emitted (n, k+1), padded with -1 after the accepted + 1 emitted tokens.
     on_reject(p, q) -> distribution to sample after a rejection (default: the residual); only for
     experiments that plant a bug.
     """
@@ -103,15 +103,15 @@ def speculative_sample_batch(
         return np.zeros(n, dtype=np.int64), sample_categorical(p_rows[:, 0], rng)[:, None]
     px = np.take_along_axis(p_rows[:, :k], drafts[..., None], -1)[..., 0]
     qx = np.take_along_axis(q_rows, drafts[..., None], -1)[..., 0]
-    accepted = rng.random((n, k)) * qx < px
-    accept_lengths = np.cumprod(accepted, axis=1).sum(1)  # leading run of acceptances
-    stop = np.minimum(accept_lengths, k - 1)
+    agree = rng.random((n, k)) * qx < px  # per draft: u q(d) < p(d)
+    accepted = np.cumprod(agree, axis=1).sum(1)  # leading run of acceptances
+    stop = np.minimum(accepted, k - 1)
     reject = on_reject or residual_distribution
     fix_dist = np.where(
-        (accept_lengths < k)[:, None], reject(p_rows[rows, stop], q_rows[rows, stop]), p_rows[:, k]
+        (accepted < k)[:, None], reject(p_rows[rows, stop], q_rows[rows, stop]), p_rows[:, k]
     )
     last = sample_categorical(fix_dist, rng)
-    emitted = np.where(np.arange(k) < accept_lengths[:, None], drafts, -1)
+    emitted = np.where(np.arange(k) < accepted[:, None], drafts, -1)
     emitted = np.concatenate([emitted, np.full((n, 1), -1)], axis=1)
-    emitted[rows, accept_lengths] = last
-    return accept_lengths, emitted
+    emitted[rows, accepted] = last
+    return accepted, emitted
