@@ -122,3 +122,24 @@ def test_pages_cite_the_results_page_by_heading():
     for path in (ROOT / "README.md", *(ROOT / "docs").glob("*.md")):
         text = path.read_text()
         assert not re.search(r"results\.md`?,? \(?sections? \d", text), f"{path}: cite the results section's heading"
+
+
+def test_notebooks_cite_the_results_page_by_heading():
+    """The notebooks quote a results section by its heading (in italics, or in quotes in code), and it exists."""
+    import json
+    import re
+
+    results = (ROOT / "docs" / "results.md").read_text()
+    headings = {h.strip() for h in re.findall(r"^#+ (.+)$", results, flags=re.M)}
+    cited = 0
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")) + sorted((ROOT / "solutions").glob("*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            text = " ".join("".join(cell["source"]).split())  # one line: a citation may wrap
+            assert not re.search(r"results\.md`?,?\)? \(?sections? \d", text), f"{path.name}: cite the heading"
+            for m in re.finditer(r"results\.md`?,? (?:\(|the section )?(.{0,200})", text):
+                for h in re.findall(r'\*([^*]+)\*|"([^"]+)"', m.group(1)):
+                    h = h[0] or h[1]
+                    if h[:1].isupper() and len(h) > 15:
+                        assert h in headings, f"{path.name}: no section {h!r} in docs/results.md"
+                        cited += 1
+    assert cited >= 5  # the parser sees the citations it is meant to check
