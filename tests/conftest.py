@@ -101,6 +101,12 @@ SLOW_MODULES = {
     "test_notebooks_lab1", "test_notebooks_lab2", "test_notebooks_lab3",
     "test_grade_class", "test_grade_lab1", "test_grade_lab2", "test_grade_lab3",
     "test_grading", "test_grading_attacks", "test_grading_hostile", "test_grading_load",
+    "test_room", "test_launch_signals", "test_launch_gpu_script", "test_gpu_floor", "test_tour",
+}
+# ... and single tests of other modules that take more than about 10 s on a 2-core machine
+SLOW_TESTS = {
+    "test_ten_start_stop_cycles_leave_no_process", "test_eval_writes_figures_and_keeps_the_other_keys",
+    "test_fuzzed_requests_never_harm_the_server", "test_emulated_graphs_match_eager_for_every_proposer",
 }
 # Modules that read one session fixture: they run on the same worker, so that it is built once.
 SHARED_RUNS = {"test_grade_class": "lab3_class", "test_grade_lab3": "lab3_class"}
@@ -144,7 +150,7 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 def pytest_itemcollected(item):
-    if item.module.__name__ in SLOW_MODULES:
+    if item.module.__name__ in SLOW_MODULES or item.originalname in SLOW_TESTS:
         item.add_marker(pytest.mark.slow)
 
 
