@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.specdec-installed
 # A pinned torch: an unpinned one pulls gigabytes of CUDA packages on a CPU machine.
 TORCH  ?= torch==2.13.0
 
-.PHONY: demo test env labs jupyter clean
+.PHONY: demo test test-quick env labs jupyter clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -19,8 +19,16 @@ env: $(STAMP)
 demo: $(STAMP)
 	MPLBACKEND=Agg $(BIN)/specdec tour
 
+# Two pytest-xdist workers (a 2-core machine); a module whose tests share a fixture runs on one worker
+# (tests/conftest.py: its pytest_xdist_make_scheduler), and the slow tests are handed out first.
+XDIST  ?= -n 2 --dist loadgroup
+
 test: $(STAMP)
-	MPLBACKEND=Agg $(BIN)/python -m pytest -q
+	MPLBACKEND=Agg $(BIN)/python -m pytest -q $(XDIST)
+
+# The edit loop: everything but the tests marked slow (notebooks run and graded, servers started).
+test-quick: $(STAMP)
+	MPLBACKEND=Agg $(BIN)/python -m pytest -q $(XDIST) -m "not slow"
 
 # Regenerate labs/ from solutions/ (never edit labs/ by hand).
 labs: $(STAMP)

@@ -1,6 +1,9 @@
+import functools
 import os
+import re
 import signal
 import tempfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -8,8 +11,13 @@ import torch
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no test may download anything
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-# servers the tests launch keep their logs and pid files here, not in the user's ~/.cache
-os.environ.setdefault("SPECDEC_RUN_DIR", tempfile.mkdtemp(prefix="specdec-test-servers-"))
+# servers the tests launch keep their logs and pid files here, not in the user's ~/.cache; one directory for
+# each pytest-xdist worker (a worker inherits the controller's environment): a test that looks for its servers
+# (tests/test_notebooks_lab3.py) finds only its own worker's
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["SPECDEC_RUN_DIR"] = tempfile.mkdtemp(prefix=f"specdec-test-servers-{os.environ['PYTEST_XDIST_WORKER']}-")
+else:
+    os.environ.setdefault("SPECDEC_RUN_DIR", tempfile.mkdtemp(prefix="specdec-test-servers-"))
 # One CPU thread, here and in every process a test starts (servers, kernels, the CLI): the tiny models
 # gain nothing from more, and on a busy 2-core machine threads spin against each other (10x slower steps).
 os.environ["OMP_NUM_THREADS"] = "1"
@@ -51,7 +59,101 @@ def engine(tiny_bundle):
     return make
 
 
+# Lab 3's class (tests/notebook_tools.a_class), graded once per run: tests/test_grade_class.py reads the whole
+# class, tests/test_grade_lab3.py the solution, the untouched lab and the planted wrong answers in it.
+NOTEBOOK_CPU_S = 15  # a Lab 3 notebook's grading, its live cells skipped: seconds of CPU time
+CLASS_CPU_S = 300  # the whole class's, grader and kernels
+
+
+@pytest.fixture(scope="session")
+def lab3_class(tmp_path_factory) -> dict:
+    """Thirty-odd Lab 3 notebooks in one `specdec grade --batch -j 2`, each under a total limit of NOTEBOOK_CPU_S:
+    {proc, took, expected, planted (exercise id -> student), rows (CSV), docs (JSON)}, keyed by student."""
+    import csv
+    import io
+    import json
+
+    from cpu_clock import timed
+    from notebook_tools import REPO, a_class, specdec
+
+    solution, lab = REPO / "solutions" / "03_sglang_live.ipynb", REPO / "labs" / "03_sglang_live.ipynb"
+    assert lab.exists(), "run `specdec labs`"
+    root, planted = tmp_path_factory.mktemp("class"), {}
+    expected = a_class(solution, lab, root / "submissions", planted=planted)
+    with timed() as took:
+        proc = specdec("grade", "--batch", str(root / "submissions"), "--csv", str(root / "scores.csv"),
+                       "--json", str(root / "results.json"), "-j", "2", "--timeout", str(NOTEBOOK_CPU_S))
+    rows = {r["notebook"].split("/")[-2]: r for r in csv.DictReader(io.StringIO((root / "scores.csv").read_text()))}
+    docs = {d["notebook"].split("/")[-2]: d for d in json.loads((root / "results.json").read_text())}
+    return dict(proc=proc, took=took, expected=expected, planted=planted, rows=rows, docs=docs)
+
+
 @pytest.fixture
 def inline_plots(monkeypatch):
     """A notebook's kernel draws with Jupyter's inline backend, as for a student (Agg is set above)."""
     monkeypatch.delenv("MPLBACKEND", raising=False)
+
+
+# ----- scheduling: `make test` runs the suite on two pytest-xdist workers (-n 2 --dist loadgroup) -------------
+# Whole modules marked slow (notebooks executed, notebooks graded, servers started): `make test-quick` leaves
+# them out (`-m "not slow"`); single slow tests elsewhere carry @pytest.mark.slow themselves.
+SLOW_MODULES = {
+    "test_notebooks_lab1", "test_notebooks_lab2", "test_notebooks_lab3",
+    "test_grade_class", "test_grade_lab1", "test_grade_lab2", "test_grade_lab3",
+    "test_grading", "test_grading_attacks", "test_grading_hostile", "test_grading_load",
+    "test_room", "test_launch_signals", "test_launch_gpu_script", "test_gpu_floor", "test_tour",
+}
+# ... and single tests of other modules that take more than about 10 s on a 2-core machine
+SLOW_TESTS = {
+    "test_ten_start_stop_cycles_leave_no_process", "test_eval_writes_figures_and_keeps_the_other_keys",
+    "test_fuzzed_requests_never_harm_the_server", "test_emulated_graphs_match_eager_for_every_proposer",
+}
+# Modules that read one session fixture: they run on the same worker, so that it is built once.
+SHARED_RUNS = {"test_grade_class": "lab3_class", "test_grade_lab3": "lab3_class"}
+TESTS = Path(__file__).resolve().parent
+WIDER_FIXTURE = re.compile(r"""scope\s*=\s*["'](module|class|package)["']""")
+
+
+@functools.lru_cache(maxsize=None)
+def _shares_fixtures(path: str) -> bool:
+    """The module defines a fixture wider than a function (built once for its tests)."""
+    try:
+        return bool(WIDER_FIXTURE.search((TESTS.parent / path).read_text()))
+    except OSError:
+        return True
+
+
+def work_unit(nodeid: str) -> str:
+    """What one worker runs as a whole: a module whose tests share a fixture (built once, on that worker), the
+    modules of one of SHARED_RUNS, or else one test (the notebooks' tests, each its own run, share out evenly)."""
+    path = nodeid.split("::", 1)[0]
+    module = Path(path).stem
+    if module in SHARED_RUNS:
+        return SHARED_RUNS[module]
+    return path if _shares_fixtures(path) else nodeid
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadgroup, by work_unit: pytest-xdist 3.8's own loadgroup reads xdist_group marks through a node
+    id that pytest 9 no longer lets it change, so that it sends a group's tests to any worker."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class WorkUnits(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    config.option.loadscopereorder = False  # keep the order below: the slow tests first
+    return WorkUnits(config, log)
+
+
+def pytest_itemcollected(item):
+    if item.module.__name__ in SLOW_MODULES or item.originalname in SLOW_TESTS:
+        item.add_marker(pytest.mark.slow)
+
+
+def pytest_collection_modifyitems(config, items):
+    # the slow tests first, so that the workers share them out and finish the quick ones side by side at the end
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

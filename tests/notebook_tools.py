@@ -199,10 +199,12 @@ BROKEN = {  # a name -> what a student did to the notebook (applied to a copy of
 LOOPS = {"loops_in_a_cell": lambda cells: cells.insert(2, code_cell("while True:\n    pass"))}
 
 
-def a_class(solution: Path, lab: Path, root: Path, loops: bool = False) -> dict[str, float | None]:
+def a_class(solution: Path, lab: Path, root: Path, loops: bool = False,
+            planted: dict[str, str] | None = None) -> dict[str, float | None]:
     """Thirty-odd Lab notebooks as a class hands them in, one folder per student: solutions (some with one
     wrong answer), untouched labs, labs with one exercise done, and broken files. Student -> the total
-    expected (None: the file cannot be graded; -1: broken, any score)."""
+    expected (None: the file cannot be graded; -1: broken, any score). `planted`, if given, receives
+    exercise id -> the student whose solution answers (only) that exercise wrong."""
     from specdec.grading.submission import load_submission
 
     ids = list(load_submission(solution).answer_cells())
@@ -221,6 +223,8 @@ def a_class(solution: Path, lab: Path, root: Path, loops: bool = False) -> dict[
         else:
             wrong = plant_wrong_answer(solution, folder(f"solved{i}"), ids[i % len(ids)])
             expected[f"solved{i}"] = full - points[wrong]
+            if planted is not None:
+                planted[wrong] = f"solved{i}"
     for i in range(10):
         if i < 5:
             folder(f"untouched{i}").write_text(lab.read_text())

@@ -4,29 +4,17 @@ benchmarks/grade_class.py times the same class with an endless loop added, on de
 
 from __future__ import annotations
 
-import csv
-import io
 import json
-import time
 
 import pytest
-from notebook_tools import REPO, a_class, specdec
-
-SOLUTION = REPO / "solutions" / "03_sglang_live.ipynb"
-LAB = REPO / "labs" / "03_sglang_live.ipynb"
+from conftest import CLASS_CPU_S, NOTEBOOK_CPU_S
+from cpu_clock import WALL_BACKSTOP
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory) -> dict:
-    root = tmp_path_factory.mktemp("class")
-    expected = a_class(SOLUTION, LAB, root / "submissions")
-    start = time.monotonic()
-    proc = specdec("grade", "--batch", str(root / "submissions"), "--csv", str(root / "scores.csv"),
-                   "--json", str(root / "results.json"), "-j", "2")
-    seconds = time.monotonic() - start
-    rows = {r["notebook"].split("/")[-2]: r for r in csv.DictReader(io.StringIO((root / "scores.csv").read_text()))}
-    docs = {d["notebook"].split("/")[-2]: d for d in json.loads((root / "results.json").read_text())}
-    return dict(proc=proc, seconds=seconds, expected=expected, rows=rows, docs=docs)
+@pytest.fixture
+def graded(lab3_class) -> dict:
+    """The class, graded once per run (tests/conftest.py): tests/test_grade_lab3.py reads the same run."""
+    return lab3_class
 
 
 def test_the_class_is_graded_and_the_batch_exits_zero(graded):
@@ -51,8 +39,13 @@ def test_live_cells_are_skipped_and_named(graded):
 
 
 def test_a_lab3_notebook_grades_in_seconds(graded):
+    """In CPU seconds, which a loaded machine does not change: the class's, and each notebook's (graded under a
+    total limit of NOTEBOOK_CPU_S: one that ran past it says so); on the wall clock, backstops 4x as long."""
     times = {s: d["execution_time"] for s, d in graded["docs"].items() if graded["expected"][s] is not None}
-    print(f"{len(graded['rows'])} notebooks in {graded['seconds']:.1f} s with -j 2; slowest: "
-          f"{max(times.values()):.1f} s ({max(times, key=times.get)})")
-    assert graded["seconds"] < 300
-    assert max(times.values()) < 15, times
+    print(f"{len(graded['rows'])} notebooks in {graded['took']} with -j 2; slowest: "
+          f"{max(times.values()):.1f} s on the wall clock ({max(times, key=times.get)})")
+    assert graded["took"].within(CLASS_CPU_S), graded["took"]
+    for student, doc in graded["docs"].items():
+        if graded["expected"][student] is not None:
+            assert "total time limit" not in json.dumps(doc), (student, doc)
+    assert max(times.values()) < WALL_BACKSTOP * NOTEBOOK_CPU_S, times

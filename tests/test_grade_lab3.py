@@ -1,19 +1,25 @@
 """Lab 3 end to end through `specdec grade`: the solution scores full marks, the generated lab zero, a
 planted wrong answer loses exactly its exercise's points (also the first one, which q2 builds on).
-The notebooks start real `specdec serve` processes inside the grading kernel; graded in one run."""
+The notebooks start real `specdec serve` processes in their live cells, which grading skips.
+They are read from the class graded once per run (tests/conftest.py's lab3_class, which
+tests/test_grade_class.py reads too): its solved0 is solutions/03_sglang_live.ipynb, its untouched0
+labs/03_sglang_live.ipynb, and it holds the solution with one wrong answer to each of several exercises,
+the last and the first among them."""
 
 from __future__ import annotations
 
 import pytest
-from notebook_tools import REPO, grade_lab_set, lab_points
-
-SOLUTION = REPO / "solutions" / "03_sglang_live.ipynb"
-LAB = REPO / "labs" / "03_sglang_live.ipynb"
+from notebook_tools import lab_points
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory) -> dict:
-    return grade_lab_set(SOLUTION, LAB, "lab3.q1", tmp_path_factory.mktemp("lab3"))
+@pytest.fixture
+def graded(lab3_class) -> dict:
+    """{solution, lab, last: (doc, id), first: (doc, id)}, as tests/notebook_tools.grade_lab_set gives them."""
+    docs, planted = lab3_class["docs"], lab3_class["planted"]
+    ids = list(lab_points(3))
+    assert {ids[0], ids[-1]} <= set(planted), planted
+    return dict(solution=docs["solved0"], lab=docs["untouched0"], last=(docs[planted[ids[-1]]], ids[-1]),
+                first=(docs[planted[ids[0]]], ids[0]))
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from cpu_clock import WALL_BACKSTOP
 
 from specdec.grading import codec, session
 from specdec.grading.calls import CallFailed, LocalCaller
@@ -256,7 +257,9 @@ def test_a_kernel_that_hangs_is_killed_at_its_limit_plus_grace(rogue):
     start = time.monotonic()
     with pytest.raises(session.KernelGone, match="did not stop at the time limit of 0.5s"):
         kernel.run_cell("while True: pass", 0.5)
-    assert time.monotonic() - start < 0.5 + session.GRACE_S + 2 and not kernel.alive
+    # killed on the wall clock (the rogue kernel answers nothing), long before its budget (30 s): a bound
+    # of WALL_BACKSTOP x (limit + grace), which a loaded machine does not reach
+    assert time.monotonic() - start < WALL_BACKSTOP * (0.5 + session.GRACE_S) and not kernel.alive
 
 
 def test_the_total_time_limit_wins(rogue):

@@ -29,18 +29,23 @@ EXERCISES = [f"lab3.q{i}" for i in range(1, 8)]
 
 
 def servers_running() -> list[int]:
-    """Live `specdec serve` processes of this checkout's Python (from /proc): a notebook must leave none.
-    (Servers of another checkout's tests, running at the same time, are not the notebook's.)"""
+    """Live `specdec serve` processes of this checkout's Python and of this test process (from /proc): a notebook
+    must leave none. (Servers of another checkout's tests, or of the other pytest-xdist worker, running at the
+    same time, are not the notebook's: each test process gives its servers a run directory of its own.)"""
     ours = os.fsencode(sys.executable)
+    run_dir = b"SPECDEC_RUN_DIR=" + os.fsencode(os.environ["SPECDEC_RUN_DIR"])
     out = []
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
             try:
                 cmd = (d / "cmdline").read_bytes().split(b"\0")
                 state = (d / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                if cmd[0] != ours or b"specdec" not in cmd or b"serve" not in cmd or state == "Z":
+                    continue
+                environ = (d / "environ").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if cmd[0] == ours and b"specdec" in cmd and b"serve" in cmd and state != "Z":
+            if run_dir in environ:
                 out.append(int(d.name))
     return out
 

@@ -1,0 +1,43 @@
+"""Time limits that tests assert: CPU seconds, which a machine loaded by other work (or by the other
+pytest-xdist worker) does not change, with a wall-clock backstop several times longer for a hang."""
+
+from __future__ import annotations
+
+import resource
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator
+
+WALL_BACKSTOP = 4  # a wall-clock bound is at least this many times the CPU budget beside it
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this process (all its threads) and of its children waited for: the grader's workers and
+    kernels, the servers and CLI processes a test starts (a child's time counts once it has been reaped)."""
+    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+
+
+@dataclass
+class Took:
+    cpu: float = 0.0  # seconds of CPU time (this process and its reaped children)
+    wall: float = 0.0  # seconds on the wall clock
+
+    def within(self, cpu_budget: float) -> bool:
+        """Inside the budget in CPU seconds, and not hung: under WALL_BACKSTOP x the budget on the wall clock."""
+        return self.cpu < cpu_budget and self.wall < WALL_BACKSTOP * cpu_budget
+
+    def __str__(self) -> str:
+        return f"{self.cpu:.1f} s of CPU time, {self.wall:.1f} s on the wall clock"
+
+
+@contextmanager
+def timed() -> Iterator[Took]:
+    """with timed() as took: ...  then took.cpu and took.wall are the block's seconds."""
+    took = Took()
+    cpu0, wall0 = cpu_seconds(), time.monotonic()
+    try:
+        yield took
+    finally:
+        took.cpu, took.wall = cpu_seconds() - cpu0, time.monotonic() - wall0
