@@ -2,8 +2,8 @@
 zero, a planted wrong answer loses exactly its exercise's points (that labs/ agrees with solutions/:
 tests/test_grade_lab1.py).
 
-Grading a Lab 2 notebook decodes with every proposer (about 30 s): the four notebooks are graded
-in one run, two at a time (module fixture), and each test reads its entry.
+Grading skips the cells tagged `demo` (the decoding runs and timings, about a minute of CPU): the four
+notebooks are graded in one run, two at a time (module fixture), and each test reads its entry.
 """
 
 from __future__ import annotations
@@ -31,6 +31,9 @@ def test_solution_scores_full_marks(graded):
     assert [t["name"].split(":")[0] for t in doc["tests"]] == list(points)
     assert doc["max_score"] == sum(points.values()) == 10
     assert doc["score"] == doc["max_score"], [t for t in doc["tests"] if t["score"] < t["max_score"]]
+    # the demo cells were skipped and said so, and every cell that ran ran cleanly without them
+    assert "Not run while grading (7 cells tagged `demo`" in doc["output"], doc["output"]
+    assert "Problems while running" not in doc["output"], doc["output"]
 
 
 @pytest.mark.slow

@@ -181,3 +181,18 @@ def test_legends_sit_outside_the_axes(path):
         for line in cell.source.splitlines():
             if ".legend(" in line:
                 assert "bbox_to_anchor" in line or '"outside' in line, line
+
+
+def test_demo_cells_are_tagged_in_solution_and_lab_alike_and_no_graded_cell_is():
+    """Cells tagged `demo` (decoding runs and timings) are skipped while grading: no exercise, check or
+    import cell may carry the tag, and the generated lab keeps the solution's tags."""
+    cells = nbformat.read(SOLUTION, as_version=4).cells
+    demo = [c for c in cells if "demo" in c.metadata.get("tags", [])]
+    assert demo and all(c.cell_type == "code" for c in demo)
+    for c in demo:
+        assert "### BEGIN SOLUTION" not in c.source and not c.source.strip().startswith("check(")
+        assert "import " not in c.source.split("\n")[0], c.source[:60]
+    assert "demo" not in cells[2].metadata.get("tags", [])  # the imports
+    lab = nbformat.read(ROOT / "labs" / SOLUTION.name, as_version=4).cells
+    assert [c.metadata.get("tags", []) for c in cells] == [c.metadata.get("tags", []) for c in untouched_lab().cells]
+    assert [c.metadata.get("tags", []) for c in cells] == [c.metadata.get("tags", []) for c in lab]

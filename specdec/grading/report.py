@@ -9,6 +9,7 @@ from typing import Any
 
 from specdec.grading.registry import EXERCISE_ID
 from specdec.grading.results import NotebookResult
+from specdec.grading.submission import SKIP_TAGS
 
 SUMMARY_PROBLEMS = 10  # notebook-level problems listed in the summary; the rest are counted
 
@@ -32,8 +33,9 @@ def notebook_output(result: NotebookResult) -> str:
 
 
 def skipped_line(result: NotebookResult) -> str:
-    return (f"Not run while grading ({len(result.skipped)} cells tagged `live`: they need live servers, and no "
-            f"graded function does): {', '.join(result.skipped)}")
+    why = "; ".join(f"`{t}`: {SKIP_TAGS[t]}" for t in result.skipped_tags)
+    return (f"Not run while grading ({len(result.skipped)} cells tagged {why}, and no graded function reads "
+            f"them): {', '.join(result.skipped)}")
 
 
 def gradescope(result: NotebookResult) -> dict[str, Any]:
@@ -110,5 +112,6 @@ def summary(result: NotebookResult) -> str:
             lines.append(f"    ... and {len(result.problems) - SUMMARY_PROBLEMS} more")
     if result.skipped:
         numbers = ", ".join(label.split(" (")[0].removeprefix("cell ") for label in result.skipped)
-        lines.append(f"  not run while grading: {len(result.skipped)} cells tagged `live` (cells {numbers})")
+        tags = " or ".join(f"`{t}`" for t in result.skipped_tags)
+        lines.append(f"  not run while grading: {len(result.skipped)} cells tagged {tags} (cells {numbers})")
     return "\n".join(lines)

@@ -42,7 +42,8 @@ class NotebookResult:
     problems: list[str] = field(default_factory=list)  # cell errors, timeouts, dead kernels
     execution_time: float = 0.0
     error: str | None = None  # e.g. not a notebook, no checks for its lab: the CLI exits non-zero
-    skipped: list[str] = field(default_factory=list)  # cells tagged live, not run while grading
+    skipped: list[str] = field(default_factory=list)  # cells tagged live or demo, not run while grading
+    skipped_tags: list[str] = field(default_factory=list)  # the tags they carried (submission.SKIP_TAGS)
 
     @property
     def score(self) -> float:

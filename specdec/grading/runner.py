@@ -19,7 +19,7 @@ from specdec.grading.registry import CheckResult, exercises_for_lab
 from specdec.grading.results import ExerciseResult, Limits, NotebookResult
 from specdec.grading.secret import grading_secret
 from specdec.grading.session import Budget, Kernel, KernelCaller, KernelGone, OutOfTime, end_strays, stop_all
-from specdec.grading.submission import Cell, Submission, SubmissionError, load_submission
+from specdec.grading.submission import SKIP_TAGS, Cell, Submission, SubmissionError, load_submission
 from specdec.grading.tampering import calls_reference, reaches_into_grader
 
 MAX_DEATHS = 12  # kernels a notebook's code may kill before no further cell runs (the grader's kills do not count; a
@@ -261,4 +261,5 @@ def assemble(sub: Submission, plan: list[Any], graded: dict[str, CheckResult], u
             feedback += "\n" + "\n".join(related)
         tests.append(ExerciseResult(ex.id, ex.title, round(fraction * ex.points, 4), float(ex.points), feedback))
     return NotebookResult(str(sub.path), tests, problems, round(seconds, 2), "; ".join(errors) or None,
-                          skipped=[c.label() for c in sub.skipped_cells])
+                          skipped=[c.label() for c in sub.skipped_cells],
+                          skipped_tags=sorted({t for c in sub.skipped_cells for t in c.tags if t in SKIP_TAGS}))

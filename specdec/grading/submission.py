@@ -14,9 +14,12 @@ from pathlib import Path
 from specdec.grading.registry import EXERCISE_ID
 
 FILENAME_LAB = re.compile(r"^(\d+)_")  # labs/01_simulated_loop.ipynb -> lab 1
-# Cells tagged so need live servers or their measurements: grading skips them (the graded functions
-# take data, so none of them needs a server), and the feedback names each one skipped.
-LIVE_TAG = "live"
+# Cells grading skips, by tag, and why (the feedback names each one skipped). No graded function reads
+# them: the graded functions take data, so none needs a server or a measurement the notebook made.
+SKIP_TAGS = {
+    "live": "they need live servers",  # Lab 3: cells that start, query or stop servers
+    "demo": "they measure and plot what the exercises built",  # Lab 2: decoding runs, minutes of CPU a notebook
+}
 
 
 class SubmissionError(Exception):
@@ -31,8 +34,9 @@ class Cell:
     tags: tuple[str, ...] = ()  # the cell's metadata tags (Jupyter's "tags")
 
     @property
-    def live(self) -> bool:
-        return LIVE_TAG in self.tags
+    def skipped(self) -> bool:
+        """Tagged `live` or `demo`: not run while grading."""
+        return any(t in SKIP_TAGS for t in self.tags)
 
     def label(self) -> str:
         """`cell 7 (def mean(xs):)`: a name a student can find in the notebook."""
@@ -54,12 +58,12 @@ class Submission:
 
     @property
     def graded_cells(self) -> list[Cell]:
-        """The code cells grading runs: all but those tagged live."""
-        return [c for c in self.code_cells if not c.live]
+        """The code cells grading runs: all but those tagged `live` or `demo`."""
+        return [c for c in self.code_cells if not c.skipped]
 
     @property
     def skipped_cells(self) -> list[Cell]:
-        return [c for c in self.code_cells if c.live]
+        return [c for c in self.code_cells if c.skipped]
 
     def answer_cells(self) -> dict[str, list[int]]:
         """Exercise id -> numbers of the code cells of its answer (since the previous check cell)."""
