@@ -38,6 +38,9 @@ def test_solution_scores_full_marks(graded):
     assert [t["name"].split(":")[0] for t in doc["tests"]] == list(points)
     assert doc["max_score"] == sum(points.values())
     assert doc["score"] == doc["max_score"], [t for t in doc["tests"] if t["score"] < t["max_score"]]
+    # the demo cells were skipped and said so, and every cell that ran ran cleanly without them
+    assert "Not run while grading (3 cells tagged `demo`" in doc["output"], doc["output"]
+    assert "Problems while running" not in doc["output"], doc["output"]
 
 
 def test_generated_lab_scores_zero(graded):
