@@ -103,10 +103,19 @@ SLOW_MODULES = {
     "test_grading", "test_grading_attacks", "test_grading_hostile", "test_grading_load",
     "test_room", "test_launch_signals", "test_launch_gpu_script", "test_gpu_floor", "test_tour",
 }
-# ... and single tests of other modules that take more than about 10 s on a 2-core machine
+# ... and single tests of other modules that take more than about 10 s on a 2-core machine, start a server
+# process of their own (3 to 5 s each: it imports torch and loads the zoo) or run a benchmark script
 SLOW_TESTS = {
     "test_ten_start_stop_cycles_leave_no_process", "test_eval_writes_figures_and_keeps_the_other_keys",
     "test_fuzzed_requests_never_harm_the_server", "test_emulated_graphs_match_eager_for_every_proposer",
+    # a server process of their own
+    "test_a_stop_signal_drains_and_exits_0", "test_a_dead_engine_exits_the_process_non_zero",
+    "test_the_listening_line_is_true_when_printed", "test_the_port_in_use_is_a_one_line_error",
+    "test_a_bad_serve_flag_is_named", "test_the_cpu_path_is_ready_here_and_a_busy_port_or_a_missing_model_is_not",
+    "test_timeout_mid_start_kills_the_server_and_reports_its_log",
+    # a benchmark script
+    "test_the_host_step_benchmark_runs_and_records_both_batches",
+    "test_an_unknown_part_or_a_compiled_variant_that_is_not_a_plain_step_is_refused",
 }
 # Modules that read one session fixture: they run on the same worker, so that it is built once.
 SHARED_RUNS = {"test_grade_class": "lab3_class", "test_grade_lab3": "lab3_class"}
