@@ -12,11 +12,17 @@ from typing import Iterator
 WALL_BACKSTOP = 4  # a wall-clock bound is at least this many times the CPU budget beside it
 
 
+def children_cpu_seconds() -> float:
+    """CPU seconds of this process's children waited for (a notebook's kernel, and what it started)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return children.ru_utime + children.ru_stime
+
+
 def cpu_seconds() -> float:
     """CPU seconds of this process (all its threads) and of its children waited for: the grader's workers and
     kernels, the servers and CLI processes a test starts (a child's time counts once it has been reaped)."""
-    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    return me.ru_utime + me.ru_stime + children_cpu_seconds()
 
 
 @dataclass

@@ -5,33 +5,29 @@ from __future__ import annotations
 import json
 import os
 import re
-import resource
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import nbformat
+from cpu_clock import WALL_BACKSTOP, children_cpu_seconds
 
 REPO = Path(__file__).resolve().parents[1]
 BLOCK = re.compile(r"^([ \t]*)### BEGIN SOLUTION[ \t]*\n.*?^[ \t]*### END SOLUTION[ \t]*$", re.S | re.M)
-
-
-WALL_FACTOR = 4  # a cell's wall-clock limit is this many times the notebook's CPU budget: a backstop for hangs
 
 
 def execute(nb: nbformat.NotebookNode, cwd: Path, timeout: int) -> tuple[nbformat.NotebookNode, float]:
     """Run a notebook in a Jupyter kernel (as a student would); return it with outputs and the CPU seconds its
     processes used (the kernel and what it started and waited for: Lab 3's servers), which a machine loaded by
     other work does not change. `timeout` is the budget in CPU seconds the callers assert; each cell's
-    wall-clock limit is WALL_FACTOR times that (a backstop for a hang)."""
+    wall-clock limit is WALL_BACKSTOP times that (a backstop for a hang)."""
     from nbclient import NotebookClient
 
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    NotebookClient(nb, kernel_name="python3", timeout=timeout * WALL_FACTOR,
+    before = children_cpu_seconds()
+    NotebookClient(nb, kernel_name="python3", timeout=timeout * WALL_BACKSTOP,
                    resources={"metadata": {"path": str(cwd)}}).execute()
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return nb, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return nb, children_cpu_seconds() - before
 
 
 def untagged_only(nb: nbformat.NotebookNode, tag: str = "live") -> nbformat.NotebookNode:
