@@ -18,7 +18,7 @@ FILENAME_LAB = re.compile(r"^(\d+)_")  # labs/01_simulated_loop.ipynb -> lab 1
 # them: the graded functions take data, so none needs a server or a measurement the notebook made.
 SKIP_TAGS = {
     "live": "they need live servers",  # Lab 3: cells that start, query or stop servers
-    "demo": "they measure and plot what the exercises built",  # Lab 2: decoding runs, minutes of CPU a notebook
+    "demo": "they measure and plot what the exercises built",  # Lab 1 and Lab 2: Monte Carlo and decoding runs
 }
 
 
