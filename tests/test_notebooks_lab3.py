@@ -95,8 +95,25 @@ def test_lecture_runs(tmp_path, inline_plots):
     assert trend.startswith(("the speedup fell", "the speedup rose", "no clear trend within the noise")), trend
     assert "step costs: the server's step_time_dict read after each timed run" in out
     assert "plain: concurrency 8 measured (4/4 levels" in out and "both sweeps:" in out
-    assert images_in(nb) >= 3  # histogram and acceptance, ITL, throughput vs concurrency
+    assert images_in(nb) >= 5  # histogram and acceptance, ITL, throughput vs concurrency; the 8B run, the intensity
     assert_quiet(nb)
+    assert_where_it_pays(out)
+
+
+def assert_where_it_pays(out):
+    """Section 7 reads the committed 8B-shaped SGLang run and puts a verify step against the H200's ridge point."""
+    for acc in ("1.5", "2.5", "3.5"):
+        assert re.search(rf"accept length {acc}: measured: .*; predicted: ", out), out
+    costs = re.search(r"in plain steps, by batch: 1: (\S+), .* 64: (\S+)$", out, re.MULTILINE)
+    assert costs and float(costs.group(2).rstrip(",")) > float(costs.group(1).rstrip(",")), out  # dearer with the batch
+    ridge = re.search(r"ridge point: 989 TFLOP/s / (\S+) TB/s = (\d+) operations per byte", out)
+    assert ridge and abs(int(ridge.group(2)) - 989 / float(ridge.group(1))) < 1, out
+    rows = re.findall(r"batch +(\d+), context 512: plain +(\S+), verify of 4 +(\S+); context 32768: plain +(\S+), "
+                      r"verify of 4 +(\S+)$", out, re.MULTILINE)
+    assert [int(r[0]) for r in rows] == [1, 16, 64], out
+    for _, short_plain, short_verify, long_plain, long_verify in rows:
+        assert float(short_verify) > 3.5 * float(short_plain)  # four tokens per row ride on the same weight reads
+    assert float(rows[-1][4]) < float(rows[-1][2]) < int(ridge.group(2))  # long context: the KV keeps it low
 
 
 @pytest.mark.slow
