@@ -98,6 +98,9 @@ def test_lecture_runs(tmp_path, inline_plots):
     assert images_in(nb) >= 5  # histogram and acceptance, ITL, throughput vs concurrency; the 8B run, the intensity
     assert_quiet(nb)
     assert_where_it_pays(out)
+    # temperature: the CPU server's rule is Lab 1's, and tau is read at each temperature from the counters
+    assert "verify rule at T > 0 on this server: accept with min(1, p(x) / q(x)), Lab 1's rule" in out
+    assert re.search(r"tau by temperature: T = 0\.0: \d\.\d\d, T = 0\.5: \d\.\d\d, T = 1\.0: \d\.\d\d", out), out
 
 
 def assert_where_it_pays(out):
