@@ -109,3 +109,49 @@ def test_speedup_from_costs_reduces_to_walltime_improvement():
 def test_bad_arguments_raise(call):
     with pytest.raises(ValueError):
         call()
+
+
+def test_tau_from_positions_is_the_iid_formula_at_constant_alphas():
+    for alpha in np.linspace(0, 1, 21):
+        for k in range(1, 12):
+            assert formulas.tau_from_positions([alpha] * k) == pytest.approx(
+                formulas.expected_tokens_per_step(alpha, k), rel=1e-12, abs=1e-12)
+
+
+def test_tau_from_positions_by_its_definition():
+    """Sum over accept lengths n: P(exactly n accepted) * (n + 1), from per-position conditional acceptances."""
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        a = rng.uniform(0, 1, int(rng.integers(1, 9)))
+        reach = np.r_[1.0, np.cumprod(a)]  # P(at least n accepted), n = 0..k
+        exactly = reach - np.r_[reach[1:], 0.0]
+        assert formulas.tau_from_positions(a) == pytest.approx((exactly * np.arange(1, len(a) + 2)).sum(), rel=1e-12)
+    assert formulas.tau_from_positions([0.9, 0.0, 1.0]) == pytest.approx(1.9)
+    assert formulas.tau_from_positions([0.9, 0.5]) > formulas.tau_from_positions([0.5, 0.9])
+    for bad in ([], [1.2], [[0.5]], [math.nan]):
+        with pytest.raises(ValueError):
+            formulas.tau_from_positions(bad)
+
+
+def test_temperature_probs_and_alpha_at_temperature():
+    rng = np.random.default_rng(1)
+    z = rng.normal(0, 3, 12)
+    assert formulas.temperature_probs(z, 1.0) == pytest.approx(np.exp(z) / np.exp(z).sum(), rel=1e-12)
+    sharp = formulas.temperature_probs(z * 1000, 0.01)  # logits / T = 1e5 * z: no overflow
+    assert np.isfinite(sharp).all() and sharp[z.argmax()] == pytest.approx(1.0)
+    assert formulas.temperature_probs(z, 1e6) == pytest.approx(np.full(12, 1 / 12), rel=1e-4)
+    with pytest.raises(ValueError):
+        formulas.temperature_probs(z, -1.0)
+    d = z + rng.normal(0, 1, 12)
+    assert formulas.alpha_at_temperature(z, d, 0.0) == float(z.argmax() == d.argmax())
+    d_agree = d.copy()
+    d_agree[z.argmax()] = d.max() + 1
+    assert formulas.alpha_at_temperature(z, d_agree, 0) == 1.0
+    d_other = d.copy()
+    d_other[(z.argmax() + 1) % 12] = d.max() + 1
+    assert formulas.alpha_at_temperature(z, d_other, 0) == 0.0
+    # sampled: sum of min of the two softmaxes; near the greedy answer at a small T, near 1 at a large one
+    p, q = formulas.temperature_probs(z, 0.7), formulas.temperature_probs(d, 0.7)
+    assert formulas.alpha_at_temperature(z, d, 0.7) == pytest.approx(np.minimum(p, q).sum(), rel=1e-12)
+    assert formulas.alpha_at_temperature(z, d_other, 1e-3) == pytest.approx(0.0, abs=1e-6)
+    assert formulas.alpha_at_temperature(z, d_other, 1e4) == pytest.approx(1.0, abs=1e-3)

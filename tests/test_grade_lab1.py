@@ -39,7 +39,7 @@ def test_solution_scores_full_marks(graded):
     assert doc["max_score"] == sum(points.values())
     assert doc["score"] == doc["max_score"], [t for t in doc["tests"] if t["score"] < t["max_score"]]
     # the demo cells were skipped and said so, and every cell that ran ran cleanly without them
-    assert "Not run while grading (3 cells tagged `demo`" in doc["output"], doc["output"]
+    assert "Not run while grading (4 cells tagged `demo`" in doc["output"], doc["output"]
     assert "Problems while running" not in doc["output"], doc["output"]
 
 

@@ -19,7 +19,7 @@ import attacks  # noqa: E402
 
 LAB = REPO / "labs" / "01_simulated_loop.ipynb"
 SOLUTION = REPO / "solutions" / "01_simulated_loop.ipynb"
-LAB1 = {f"lab1.q{i}": p for i, p in enumerate([1, 1, 2, 1, 1, 2, 1], 1)}
+LAB1 = {f"lab1.q{i}": p for i, p in enumerate([1, 1, 3, 1, 1, 1, 1, 2, 2, 3], 1)}
 
 
 def with_cells(src: Path, out: Path, cells: dict[int, str]) -> Path:
@@ -73,7 +73,7 @@ def graded(tmp_path_factory) -> dict:
 def test_an_attack_from_the_notebook_scores_nothing(graded, name):
     entry = graded["entries"][name]
     assert set(scores(entry).values()) == {0.0}, entry
-    assert entry["max_score"] == 9.0
+    assert entry["max_score"] == 16.0
 
 
 @pytest.mark.parametrize("name, words", [
@@ -100,7 +100,7 @@ def test_forged_replies_are_read_as_answers_of_the_student_and_judged(graded):
 def test_the_grader_writes_its_results_after_the_kernel_is_gone(graded):
     """The results_file attack wrote full marks into --json and --csv, then left: both were rewritten."""
     assert graded["entries"]["results_file"]["score"] == 0.0
-    assert "me,9,9" not in graded["csv"] and len(graded["csv"].splitlines()) == 1 + len(graded["entries"])
+    assert "me,16,16" not in graded["csv"] and len(graded["csv"].splitlines()) == 1 + len(graded["entries"])
 
 
 def test_replacing_lab2_checks_scores_nothing(graded):
@@ -125,6 +125,6 @@ def test_each_mistake_costs_once(graded):
     entry = graded["entries"]["wrong_q1_q2_q5"]
     got = scores(entry)
     assert got["lab1.q1"] == 0.0 and got["lab1.q2"] < 1.0 and got["lab1.q5"] < 1.0
-    assert got["lab1.q3"] == 2.0 and got["lab1.q6"] == 2.0 and got["lab1.q4"] == 1.0 and got["lab1.q7"] == 1.0
+    assert got["lab1.q3"] == 3.0 and got["lab1.q6"] == 1.0 and got["lab1.q4"] == 1.0 and got["lab1.q7"] == 1.0
     assert "reference `accept_draft` (lab1.q2) and `residual` (lab1.q1) in place of yours" in feedback(entry, "lab1.q3")
     assert "reference `tokens_per_step` (lab1.q5) in place of yours" in feedback(entry, "lab1.q6")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from notebook_tools import assert_check_contract
 
-from specdec.grading import check, exercises_for_lab
+from specdec.grading import check, exercises_for_lab, lab1
 from specdec.grading.registry import get_exercise, run_check
 from specdec.sim import formulas, stats, verify
 
@@ -47,6 +47,19 @@ def acceptance_summary(accepted, k):
     return s.tau, s.acceptance_rate
 
 
+def tau_from_positions(alphas):
+    return formulas.tau_from_positions(alphas)
+
+
+def alpha_at_temperature(target_logits, draft_logits, temperature):
+    return formulas.alpha_at_temperature(target_logits, draft_logits, temperature)
+
+
+def first_biased_position(sampler, p_rows, q_rows):
+    """From the distributions the grader computes exactly, as a student who worked them out would."""
+    return lab1.reference_first_biased_position(sampler, p_rows, q_rows)
+
+
 REFERENCE = {
     "lab1.q1": ("residual", residual),
     "lab1.q2": ("accept_draft", accept_draft),
@@ -55,6 +68,9 @@ REFERENCE = {
     "lab1.q5": ("tokens_per_step", tokens_per_step),
     "lab1.q6": ("best_k", best_k),
     "lab1.q7": ("acceptance_summary", acceptance_summary),
+    "lab1.q8": ("tau_from_positions", tau_from_positions),
+    "lab1.q9": ("alpha_at_temperature", alpha_at_temperature),
+    "lab1.q10": ("first_biased_position", first_biased_position),
 }
 
 
@@ -115,6 +131,44 @@ def summary_rate_over_k_plus_1(accepted, k):
     return float(np.mean(accepted) + 1), float(np.mean(accepted) / (k + 1))
 
 
+def tau_from_positions_sum(alphas):  # each draft on its own, as if the ones before it did not matter
+    return 1 + float(np.sum(alphas))
+
+
+def tau_from_positions_mean(alphas):  # the mean acceptance in the i.i.d. formula
+    return formulas.expected_tokens_per_step(float(np.mean(alphas)), len(alphas))
+
+
+def tau_from_positions_no_bonus(alphas):
+    return float(np.cumprod(alphas).sum())
+
+
+def alpha_at_temperature_ignores_t(target_logits, draft_logits, temperature):
+    return alpha_at_temperature(target_logits, draft_logits, 1.0)
+
+
+def alpha_at_temperature_overflows(target_logits, draft_logits, temperature):  # no greedy case, no shift
+    with np.errstate(over="ignore", invalid="ignore"):
+        p, q = (np.exp(np.asarray(z) / max(temperature, 1e-3)) for z in (target_logits, draft_logits))
+        return float(np.minimum(p / p.sum(), q / q.sum()).sum())
+
+
+def alpha_at_temperature_multiplies(target_logits, draft_logits, temperature):  # logits * T
+    return alpha_at_temperature(np.asarray(target_logits) * temperature, np.asarray(draft_logits) * temperature, 1.0)
+
+
+def first_biased_position_generic(sampler, p_rows, q_rows):  # where each bug acts on random rows, ignoring p == q
+    return {"A": 2, "B": 0, "C": 1, "D": len(q_rows) + 1}[sampler]
+
+
+def first_biased_position_lossless_a(sampler, p_rows, q_rows):  # the shared uniform taken for harmless
+    return 0 if sampler == "A" else first_biased_position(sampler, p_rows, q_rows)
+
+
+def first_biased_position_bonus_c(sampler, p_rows, q_rows):  # the resample-from-q bug put at the bonus position
+    return len(q_rows) + 1 if sampler == "C" else first_biased_position(sampler, p_rows, q_rows)
+
+
 PLANTED = [
     ("lab1.q1", "residual", residual_unnormalised),
     ("lab1.q2", "accept_draft", accept_draft_inverted),
@@ -128,6 +182,15 @@ PLANTED = [
     ("lab1.q6", "best_k", best_k_off_by_one),
     ("lab1.q7", "acceptance_summary", summary_counts_drafts_only),
     ("lab1.q7", "acceptance_summary", summary_rate_over_k_plus_1),
+    ("lab1.q8", "tau_from_positions", tau_from_positions_sum),
+    ("lab1.q8", "tau_from_positions", tau_from_positions_mean),
+    ("lab1.q8", "tau_from_positions", tau_from_positions_no_bonus),
+    ("lab1.q9", "alpha_at_temperature", alpha_at_temperature_ignores_t),
+    ("lab1.q9", "alpha_at_temperature", alpha_at_temperature_overflows),
+    ("lab1.q9", "alpha_at_temperature", alpha_at_temperature_multiplies),
+    ("lab1.q10", "first_biased_position", first_biased_position_generic),
+    ("lab1.q10", "first_biased_position", first_biased_position_lossless_a),
+    ("lab1.q10", "first_biased_position", first_biased_position_bonus_c),
 ]
 
 
@@ -138,8 +201,12 @@ def seeded(request):
 
 def test_exercise_list():
     ids = [e.id for e in exercises_for_lab(1)]
-    assert ids == [f"lab1.q{i}" for i in range(1, 8)]
-    assert sum(e.points for e in exercises_for_lab(1)) == 9
+    assert ids == [f"lab1.q{i}" for i in range(1, 11)]
+    assert sum(e.points for e in exercises_for_lab(1)) == 16
+    # issue 23: at least 60% of the points on exercises whose answer is not printed above them
+    understanding = {"lab1.q3", "lab1.q8", "lab1.q9", "lab1.q10"}
+    points = {e.id: e.points for e in exercises_for_lab(1)}
+    assert sum(points[i] for i in understanding) / sum(points.values()) >= 0.6
 
 
 @pytest.mark.parametrize("ex_id", sorted(REFERENCE))
@@ -207,3 +274,57 @@ def test_the_classic_sampling_bugs_earn_well_under_half(fn, seeded):
     """Output that does not follow p is a wrong sampler, whatever its mechanics get right."""
     res = run_check(get_exercise("lab1.q3"), {"speculative_step": fn}, seed=seeded)
     assert res.score < 0.4, res.message
+
+
+def test_hints_for_the_new_exercises(seeded):
+    res = run_check(get_exercise("lab1.q8"), {"tau_from_positions": tau_from_positions_no_bonus}, seed=seeded)
+    assert res.score == 0.0 and "bonus" in res.message
+    res = run_check(get_exercise("lab1.q8"), {"tau_from_positions": tau_from_positions_sum}, seed=seeded)
+    assert res.score < 0.5 and "product" in res.message, res.message
+    res = run_check(get_exercise("lab1.q9"), {"alpha_at_temperature": alpha_at_temperature_overflows}, seed=seeded)
+    assert res.score < 1.0 and "T=0" in res.message
+    res = run_check(get_exercise("lab1.q10"), {"first_biased_position": lambda s, p, q: "A"}, seed=seeded)
+    assert res.score == 0.0 and "integer in 0..k+1" in res.message
+
+
+def test_q10_mistakes_each_cost_a_share(seeded):
+    """Each planted misreading of one sampler loses the cases of that sampler where it matters, and no more."""
+    for fn in (first_biased_position_lossless_a, first_biased_position_bonus_c, first_biased_position_generic):
+        res = run_check(get_exercise("lab1.q10"), {"first_biased_position": fn}, seed=seeded)
+        assert 0.0 < res.score < 1.0, (fn.__name__, res.message)
+
+
+def test_q10_the_rule_of_the_solution_matches_the_exact_distributions():
+    """The solution reasons about where each change acts; the grader computes the distributions. They agree."""
+    import nbformat
+    from notebook_tools import REPO
+
+    cells = nbformat.read(REPO / "solutions" / "01_simulated_loop.ipynb", as_version=4).cells
+    ns: dict = {"np": np}
+    exec(next(c.source for c in cells if c.source.startswith("def first_biased_position")), ns)
+    for seed in range(40):
+        for case in lab1.sampler_cases(np.random.default_rng(seed)):
+            assert ns["first_biased_position"](*case.args) == lab1.reference_first_biased_position(*case.args), case.shown
+
+
+def test_q10_exact_distributions_match_the_notebooks_samplers():
+    """The notebook's sampler_A .. sampler_D, run: every position follows the distribution the grader computes
+    (chi-square), and where it differs from the target a test sees that too."""
+    import nbformat
+    from notebook_tools import REPO
+
+    cells = nbformat.read(REPO / "solutions" / "01_simulated_loop.ipynb", as_version=4).cells
+    ns: dict = {"np": np, "verify": verify}
+    exec(next(c.source for c in cells if c.source.startswith("def sampler_A")), ns)
+    rng = np.random.default_rng(5)
+    v, k, n = 3, 2, 6000
+    p_rows, q_rows = lab1.random_step(rng, v, k, (0.45, 0.6))
+    for name, sampler in ns["SAMPLERS"].items():
+        exact = lab1.emitted_distributions(name, p_rows, q_rows)
+        emitted = [sampler(p_rows, q_rows, [int(rng.choice(v, p=q)) for q in q_rows], rng)[1] for _ in range(n)]
+        for j in range(k + 1):
+            tokens = [int(e[j]) for e in emitted if len(e) > j]
+            assert stats.chi_square_test(tokens, exact[j]).pvalue > 1e-4, (name, j + 1)
+            if 0.5 * np.abs(exact[j] - p_rows[j]).sum() > 0.03:
+                assert stats.chi_square_test(tokens, p_rows[j]).pvalue < 1e-4, (name, j + 1)
+        assert lab1.reference_first_biased_position(name, p_rows, q_rows) == {"A": 2, "B": 0, "C": 1, "D": 3}[name]

@@ -55,7 +55,7 @@ def test_committed_without_outputs(path):
 
 
 def test_exercise_cells_follow_the_convention():
-    assert exercise_cells(SOLUTION, 1) == [f"lab1.q{i}" for i in range(1, 8)]
+    assert exercise_cells(SOLUTION, 1) == [f"lab1.q{i}" for i in range(1, 11)]
 
 
 def test_lecture_states_its_objectives():
@@ -124,6 +124,12 @@ def test_lecture_runs(tmp_path):
     for st in ("0.0", "0.3"):
         assert re.search(rf"stickiness {st}: measured tau .*95% interval .*2 of 2 outside, the formula is pessimistic here", out), out
     assert "16 of them easy" in out  # the prose's "half of the tokens are easy", printed
+    # temperature: greedy agreement, then alpha rising toward 1; SGLang's default verify is exact, its thresholds are not
+    m = re.search(r"argmaxes agree in ([\d.]+)% .* T = 1: ([\d.]+);  T = 20: ([\d.]+)", out)
+    assert m and float(m[1]) / 100 < float(m[2]) < float(m[3]) <= 1, out
+    assert "threshold_single 1.00, threshold_acc 1.0: acceptance 0.220, TV(output, p) = 0.000" in out
+    tvs = [float(x) for x in re.findall(r"threshold_acc \d\.\d: acceptance [\d.]+, TV\(output, p\) = ([\d.]+)", out)]
+    assert len(tvs) == 6 and min(tvs[1:]) > 0.01, out
 
 
 @pytest.mark.slow
@@ -136,9 +142,15 @@ def test_solution_runs_with_full_marks(tmp_path):
     nb, seconds = execute(nb, tmp_path)
     assert seconds < BUDGET_S
     out = text_of(nb)
-    for i in range(1, 8):
+    for i in range(1, 11):
         assert re.search(rf"lab1\.q{i} \[PASS\]", out), f"lab1.q{i} did not pass:\n{out}"
-    assert "total: 9 / 9" in out
+    assert "total: 16 / 16" in out
+    # the faulty samplers, tested by sampling: each flagged where the solution says its change acts, and only there
+    for name, where in (("A", "[2]"), ("B", "[]"), ("C", "[1, 2]"), ("D", "[3]")):
+        answer = where.strip("[]").split(",")[0] or "0"
+        assert re.search(rf"sampler {name}: p-values by position .* flagged {re.escape(where)};  your answer: {answer}\n", out), out
+    assert "not flagged at any position: ['B'];  your guess: no guess recorded" in out
+    assert re.search(r"falling \[0.9, 0.7, 0.5\]: tau \d\.\d{3};  rising .*\nmore tokens per step: falling;  your guess: no guess", out)
     assert re.search(r"tau measured \d\.\d{3} ± \d\.\d{3};.*your guess: 1\.9\n", out), out
     assert "no guess recorded" in out
     assert re.search(r"stickiness 0\.00: .*\(-\d\.\d%, -\d+\.\d s\.e\.\): the formula is below the measurement", out), out
@@ -155,8 +167,8 @@ def test_untouched_lab_runs_to_the_end_with_zero(tmp_path):
     assert "### BEGIN SOLUTION" not in "".join(c.source for c in lab.cells)
     nb, _ = execute(lab, tmp_path)  # raises CellExecutionError if a cell depends on a stub
     out = text_of(nb)
-    for i in range(1, 8):
+    for i in range(1, 11):
         assert re.search(rf"lab1\.q{i} \[FAIL\] 0/\d+ .*not implemented", out), f"lab1.q{i}:\n{out}"
-    assert "total: 0 / 9" in out
+    assert "total: 0 / 16" in out
     assert out.count("no guess recorded") == len(guesses_in(SOLUTION))
     assert "the same scores: my_choose_k chose what the fixed k" in out

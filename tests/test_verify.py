@@ -186,3 +186,41 @@ def test_chi_square_test_itself():
     assert chi_square_test(rng.choice(4, 5000, p=probs), probs).pvalue > SIGNIFICANCE
     assert chi_square_test(rng.choice(4, 5000, p=[0.4, 0.4, 0.2, 0.0]), probs).pvalue < SIGNIFICANCE
     assert chi_square_test(np.array([3, 0, 1]), probs).pvalue == 0.0  # an impossible token
+
+
+# --- SGLang's thresholds ---------------------------------------------------------------------------
+
+
+def sglang_chain_verify(p, x, coin, coin2, threshold_single, threshold_acc):
+    """The kernel's rule for one draft x (a chain): accept, else sample relu(p - p(x) e_x) by inverse CDF."""
+    if coin <= p[x] / threshold_acc or p[x] >= threshold_single:
+        return x
+    r = p.copy()
+    r[x] = 0.0
+    return int(np.searchsorted(np.cumsum(r), coin2 * r.sum(), side="right"))
+
+
+def test_threshold_verify_at_the_defaults_keeps_p_with_lower_acceptance():
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        p, q = rng.dirichlet(np.ones(6), size=2)
+        accept, emitted = verify.threshold_verify(p, q)
+        assert emitted == pytest.approx(p, abs=1e-12)
+        assert accept == pytest.approx((p * q).sum()) and accept <= np.minimum(p, q).sum() + 1e-12
+
+
+@pytest.mark.parametrize("single, acc", [(1.0, 1.0), (1.0, 0.5), (0.3, 1.0), (0.2, 0.4)])
+def test_threshold_verify_matches_the_kernels_rule_by_sampling(single, acc):
+    rng = np.random.default_rng(1)
+    p, q = np.array([0.45, 0.3, 0.15, 0.1]), np.array([0.1, 0.2, 0.3, 0.4])
+    accept, emitted = verify.threshold_verify(p, q, single, acc)
+    n = 20_000
+    drafts = rng.choice(4, size=n, p=q)
+    coins, coins2 = rng.random(n), rng.random(n)
+    out = np.array([sglang_chain_verify(p, x, c, c2, single, acc) for x, c, c2 in zip(drafts, coins, coins2)])
+    assert chi_square_test(out, emitted).pvalue > SIGNIFICANCE
+    if (single, acc) != (1.0, 1.0):  # lossy: the output no longer follows p, and a test sees it
+        assert 0.5 * np.abs(emitted - p).sum() > 0.01 and chi_square_test(out, p).pvalue < SIGNIFICANCE
+        assert accept > (p * q).sum()
+    with pytest.raises(ValueError):
+        verify.threshold_verify(p, q, 0.0, 1.0)

@@ -37,6 +37,14 @@ def distribution_of(got: Any, v: int) -> np.ndarray | None:
     return a.astype(float)
 
 
+def a_number(got: Any, fn: str) -> float:
+    """The answer as a float, or WrongShape: fn must return a number."""
+    x = number(got)
+    if x is None:
+        raise WrongShape(f"{fn} must return a number, got {short(got)}")
+    return x
+
+
 # --- q1: the residual ------------------------------------------------------------------------------
 
 
@@ -205,7 +213,7 @@ def judge_distribution(cases: list[Case], outcomes: list[Outcome]) -> tuple[floa
 
 
 Q3 = Exercise(
-    id="lab1.q3", points=2, title="a full speculative sampling step", reads="speculative_step",
+    id="lab1.q3", points=3, title="a full speculative sampling step", reads="speculative_step",
     signature="(p_rows, q_rows, draft_tokens, rng)",
     # The distribution is the point of the exercise: a step that gets the mechanics right but samples the
     # wrong token after a rejection (the classic bug: from q, not the residual) must earn well under half.
@@ -233,9 +241,7 @@ def alpha_cases(rng: np.random.Generator) -> list[Case]:
 
 
 def judge_alpha(case: Case, got: Any, want: float) -> str | None:
-    x = number(got)
-    if x is None:
-        raise WrongShape(f"alpha_of must return a number, got {short(got)}")
+    x = a_number(got, "alpha_of")
     return None if abs(x - want) < 1e-9 else f"expected {want:.6f}, got {x}"
 
 
@@ -254,9 +260,7 @@ def tau_cases(rng: np.random.Generator) -> list[Case]:
 
 
 def judge_tau(case: Case, got: Any, want: float) -> str | None:
-    x = number(got)
-    if x is None:
-        raise WrongShape(f"tokens_per_step must return a number, got {short(got)}")
+    x = a_number(got, "tokens_per_step")
     if abs(x - want) <= 1e-8 * want:
         return None
     hint = " (alpha = 1 is the limit k + 1: no division by zero)" if case.args[0] == 1 else ""
@@ -297,7 +301,7 @@ def judge_best_k(case: Case, got: Any, want: tuple[int, float]) -> str | None:
 
 
 Q6 = Exercise(
-    id="lab1.q6", points=2, title="the optimal number of drafts k", reads="best_k", signature="(alpha, c, k_max)",
+    id="lab1.q6", points=1, title="the optimal number of drafts k", reads="best_k", signature="(alpha, c, k_max)",
     parts=(Part(best_k_cases, judge_best_k, formulas.optimal_k, what="(alpha, c, k_max)"),),
     uses=(Q5,),
 )
@@ -335,4 +339,172 @@ Q7 = Exercise(
     parts=(Part(log_cases, judge_summary, stats.AcceptanceStats.from_accepted, what="logs"),),
 )
 
-EXERCISES = (Q1, Q2, Q3, Q4, Q5, Q6, Q7)
+# --- q8: tau when acceptance varies by position ---------------------------------------------------
+
+
+def positions_cases(rng: np.random.Generator) -> list[Case]:
+    kinds = ["decreasing", "decreasing", "decreasing", "any order", "any order", "any order", "a zero",
+             "all ones", "all zeros", "one draft", "one draft", "decreasing"]
+    cases = []
+    for kind in kinds:
+        k = 1 if kind == "one draft" else int(rng.integers(2, 9))
+        a = rng.uniform(0.2, 0.98, k)
+        if kind == "decreasing":
+            a = -np.sort(-a)
+        elif kind == "a zero":  # nothing after a sure rejection counts
+            a[int(rng.integers(0, k - 1))] = 0.0
+        elif kind in ("all ones", "all zeros"):
+            a[:] = 1.0 if kind == "all ones" else 0.0
+        cases.append(Case((a,), shown=f"alphas={fmt(a)}", tag=kind))
+    return cases
+
+
+def judge_positions(case: Case, got: Any, want: float) -> str | None:
+    x = a_number(got, "tau_from_positions")
+    if abs(x - want) <= 1e-9 * want:
+        return None
+    a = case.args[0]
+    hints = [(want - 1, "tau counts the bonus/correction token: one more than the expected accepted drafts"),
+             (1 + a.sum(), "draft i is accepted only if every draft before it was: its chance is a product"),
+             (formulas.expected_tokens_per_step(a.mean(), len(a)), "the mean alpha loses the order of the positions")]
+    hint = next((f" ({why})" for value, why in hints if abs(x - value) <= 1e-9 * want), "")
+    return f"expected {want:.6f}, got {x}{hint}"
+
+
+Q8 = Exercise(
+    id="lab1.q8", points=2, title="tokens per step when acceptance varies by position", reads="tau_from_positions",
+    signature="(alphas)",
+    parts=(Part(positions_cases, judge_positions, formulas.tau_from_positions, what="acceptance vectors"),),
+)
+
+
+# --- q9: alpha and temperature ---------------------------------------------------------------------
+
+
+def temperature_cases(rng: np.random.Generator) -> list[Case]:
+    temps = [0.0, 0.0, 0.0, 0.0, 0.05, 0.3, 0.7, 1.0, 1.0, 1.5, 3.0, 10.0, 100.0]
+    cases = []
+    for i, t in enumerate(temps):
+        v = int(rng.integers(3, 40))
+        while True:
+            target = rng.normal(0, rng.uniform(1, 4), v)
+            draft = target + rng.normal(0, rng.uniform(0.5, 3), v)
+            if t == 0 and i % 2:  # half of the greedy cases: the draft's argmax is the target's
+                draft[target.argmax()] = draft.max() + rng.uniform(0.1, 1)
+            gaps = [np.diff(np.sort(z)[-2:])[0] for z in (target, draft)]
+            if min(gaps) > 1e-3:  # no ties at the top: the argmax is unambiguous
+                break
+        if t == 0.05:  # sharp: logits / T beyond exp's range (subtract the largest logit first)
+            target, draft = target * 40 / np.abs(target).max(), draft * 40 / np.abs(draft).max()
+        cases.append(Case((target, draft, t), shown=f"V={v}, T={t:g}", tag="greedy" if t == 0 else "sampled"))
+    order = rng.permutation(len(cases))
+    return [cases[i] for i in order]
+
+
+def judge_temperature(case: Case, got: Any, want: float) -> str | None:
+    x = a_number(got, "alpha_at_temperature")
+    if abs(x - want) < 1e-9:
+        return None
+    if case.tag == "greedy":
+        return f"expected {want:g}, got {x} (at T = 0 both models decode greedily: one token each, no sampling)"
+    hint = " (exp overflowed: shift the logits by their largest value first)" if not np.isfinite(x) else ""
+    return f"expected {want:.6f}, got {x}{hint}"
+
+
+Q9 = Exercise(
+    id="lab1.q9", points=2, title="alpha at a temperature", reads="alpha_at_temperature",
+    signature="(target_logits, draft_logits, temperature)",
+    parts=(Part(temperature_cases, judge_temperature, formulas.alpha_at_temperature, what="logit pairs"),),
+    uses=(Q4,), answered_by=("specdec.sim.formulas:temperature_probs",),
+)
+
+
+# --- q10: which sampler keeps the target, and where a test can see it ------------------------------
+
+# The four samplers of the notebook (its code defines them as sampler_A .. sampler_D): what each does wrong.
+SAMPLER_BUGS = {
+    "A": "one uniform u for all the accept tests of a step",
+    "B": "none: speculative sampling",
+    "C": "after a rejection, a token from q instead of the residual",
+    "D": "the bonus token from the last draft position's row p_rows[k - 1] instead of p_rows[k]",
+}
+
+
+def shared_uniform_position(p: np.ndarray, q: np.ndarray, earlier_p: np.ndarray, earlier_q: np.ndarray) -> np.ndarray:
+    """The distribution of the token emitted at a position (p, q) after the positions earlier_p/q accepted, when
+    one u decides every test: the step reaches it when u < m = min over earlier positions of min(1, p(x)/q(x))."""
+    ratios = [np.minimum(1.0, np.divide(pe, qe, out=np.ones_like(pe), where=qe > 0)) for pe, qe in zip(earlier_p, earlier_q)]
+    values = np.unique(np.concatenate([r[qe > 0] for r, qe in zip(ratios, earlier_q)]))
+    survival = np.array([np.prod([qe[r >= v].sum() for r, qe in zip(ratios, earlier_q)]) for v in values])
+    pmf = survival - np.r_[survival[1:], 0.0]  # P(m = v)
+    r_here = np.minimum(1.0, np.divide(p, q, out=np.ones_like(p), where=q > 0))
+    res = verify.residual_distribution(p, q)
+    joint = np.zeros_like(p)
+    for m, w in zip(values, pmf):
+        accepted = q * np.minimum(m, r_here)  # P(u < m and u < r(x), x drafted)
+        joint += w * (accepted + (m - accepted.sum()) * res)
+    return joint / joint.sum()
+
+
+def emitted_distributions(sampler: str, p_rows: np.ndarray, q_rows: np.ndarray) -> list[np.ndarray]:
+    """For each emitted position j = 1..k+1: the exact distribution of its token, given that the step emits one there."""
+    k = len(q_rows)
+    out = []
+    for j in range(k):
+        p, q = p_rows[j], q_rows[j]
+        alpha = np.minimum(p, q).sum()
+        if sampler == "C":
+            out.append(np.minimum(p, q) + (1 - alpha) * q)
+        elif sampler == "A" and j > 0:
+            out.append(shared_uniform_position(p, q, p_rows[:j], q_rows[:j]))
+        else:
+            out.append(np.minimum(p, q) + (1 - alpha) * verify.residual_distribution(p, q))
+    out.append(p_rows[k - 1] if sampler == "D" else p_rows[k])
+    return out
+
+
+def reference_first_biased_position(sampler: str, p_rows: np.ndarray, q_rows: np.ndarray) -> int:
+    """The first emitted position (1..k+1) whose token does not follow the target's row there; 0 if none."""
+    dists = emitted_distributions(sampler, p_rows, q_rows)
+    return next((j + 1 for j, d in enumerate(dists) if 0.5 * np.abs(d - p_rows[j]).sum() > 1e-9), 0)
+
+
+SHAPES = ("random", "first row agrees", "first rows agree", "all rows agree", "bonus row repeats")
+
+
+def sampler_cases(rng: np.random.Generator) -> list[Case]:
+    """Each sampler on each shape of step; where a bug acts, it moves the distribution by at least 0.01 (TV)."""
+    cases = []
+    for sampler in SAMPLER_BUGS:
+        for shape in SHAPES:
+            while True:
+                v, k = int(rng.integers(3, 7)), int(rng.integers(2, 5))
+                p_rows, q_rows = random_step(rng, v, k, (0.3, 0.85))
+                same = {"first row agrees": 1, "first rows agree": k - 1, "all rows agree": k}.get(shape, 0)
+                q_rows[:same] = p_rows[:same]
+                if shape == "bonus row repeats":
+                    p_rows[k] = p_rows[k - 1]
+                tv = [0.5 * np.abs(d - p).sum() for d, p in zip(emitted_distributions(sampler, p_rows, q_rows), p_rows)]
+                if all(t < 1e-12 or t > 0.01 for t in tv):
+                    break
+            cases.append(Case((sampler, p_rows, q_rows), shown=f"sampler {sampler}, k={k}, {shape}", tag=sampler))
+    return [cases[i] for i in rng.permutation(len(cases))]
+
+
+def judge_sampler(case: Case, got: Any, want: int) -> str | None:
+    k = len(case.args[2])
+    if isinstance(got, (bool, np.bool_)) or not whole_in(got, 0, k + 1):
+        raise WrongShape(f"first_biased_position must return an integer in 0..k+1 (0: follows the target), got {short(got)}")
+    if int(got) == want:
+        return None
+    return f"expected {want}, got {int(got)}" + (" (it follows the target at every position)" if want == 0 else "")
+
+
+Q10 = Exercise(
+    id="lab1.q10", points=3, title="which sampler keeps the target, and where a test sees it",
+    reads="first_biased_position", signature="(sampler, p_rows, q_rows)",
+    parts=(Part(sampler_cases, judge_sampler, reference_first_biased_position, what="steps"),),
+    uses=(Q1, Q4), answered_by=("specdec.grading.lab1:emitted_distributions",),
+)
+
+EXERCISES = (Q1, Q2, Q3, Q4, Q5, Q6, Q7, Q8, Q9, Q10)

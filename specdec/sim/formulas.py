@@ -64,6 +64,40 @@ def expected_tokens_per_step(alpha: ArrayLike, k: ArrayLike) -> float | np.ndarr
     return _out(np.where(a == 1, kk + 1.0, np.where(a == 0, 1.0, closed)))
 
 
+def tau_from_positions(alphas: ArrayLike) -> float:
+    """Expected tokens per verify step when acceptance varies by position.
+
+    alphas[i] = P(draft i+1 accepted | drafts 1..i accepted), i = 0..k-1. Draft i+1 and all before it
+    are accepted with probability alphas[0] * ... * alphas[i], so
+    tau = 1 + a1 + a1 a2 + ... + a1 a2 ... ak (the + 1 is the bonus/correction token).
+    With every alphas[i] = alpha this is expected_tokens_per_step(alpha, k).
+    """
+    a = _check_alpha(alphas)
+    if a.ndim != 1 or a.size == 0:
+        raise ValueError(f"alphas must be a non-empty 1-D sequence (one per draft position), got {alphas!r}")
+    return float(1.0 + np.cumprod(a).sum())
+
+
+def temperature_probs(logits: ArrayLike, temperature: float) -> np.ndarray:
+    """softmax(logits / T) over the last axis; at T = 0 all mass on the argmax (the first one on a tie)."""
+    z = np.asarray(logits, dtype=float)
+    if not (np.isfinite(temperature) and temperature >= 0):
+        raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
+    if temperature == 0:
+        return (np.arange(z.shape[-1]) == z.argmax(-1)[..., None]).astype(float)
+    e = np.exp((z - z.max(-1, keepdims=True)) / temperature)  # the largest logit gives exp(0): no overflow
+    return e / e.sum(-1, keepdims=True)
+
+
+def alpha_at_temperature(target_logits: ArrayLike, draft_logits: ArrayLike, temperature: float) -> float | np.ndarray:
+    """The chance that a draft is accepted when target and draft both sample at this temperature.
+
+    T > 0: acceptance_alpha of the two softmax(logits / T). T = 0: greedy decoding, where the draft's argmax
+    is accepted exactly when it is the target's (1.0 or 0.0): the same acceptance_alpha of two one-hot rows.
+    """
+    return acceptance_alpha(temperature_probs(target_logits, temperature), temperature_probs(draft_logits, temperature))
+
+
 def walltime_improvement(alpha: ArrayLike, k: ArrayLike, c: ArrayLike) -> float | np.ndarray:
     """Speedup over plain decoding when a draft step costs c target steps: tau / (k c + 1)."""
     cc = _check_c(c)

@@ -40,8 +40,7 @@ class ToyLanguageConfig:
 
 
 def _softmax(logits: np.ndarray) -> np.ndarray:
-    e = np.exp(logits - logits.max(-1, keepdims=True))
-    return e / e.sum(-1, keepdims=True)
+    return formulas.temperature_probs(logits, 1.0)
 
 
 def _rows(logits: np.ndarray, easy: np.ndarray, stickiness: float) -> np.ndarray:

@@ -49,6 +49,27 @@ def accept_reject_step(x: int, p: ArrayLike, q: ArrayLike, u: float) -> bool:
     return bool(u * qx < px)  # u < p/q without dividing; always true when p(x) >= q(x)
 
 
+def threshold_verify(
+    p: ArrayLike, q: ArrayLike, threshold_single: float = 1.0, threshold_acc: float = 1.0
+) -> tuple[float, np.ndarray]:
+    """SGLang's verify of one sampled draft position (tree_speculative_sampling_target_only, a chain), exactly.
+
+    The draft x ~ q is accepted when coin <= p(x) / threshold_acc or p(x) >= threshold_single, coin uniform;
+    q itself is not read (the draft token counts as certain, one-hot). After a rejection the token comes from
+    max(0, p - p(x) e_x), normalised: p without x. Returns (P(accept), distribution of the emitted token).
+    With both thresholds 1 the emitted token follows p exactly (accept probability sum q p); below 1 it does not.
+    """
+    p, q = np.asarray(p, dtype=float), np.asarray(q, dtype=float)
+    if not (0 < threshold_single <= 1 and 0 < threshold_acc <= 1):
+        raise ValueError(f"thresholds must be in (0, 1], got {threshold_single!r}, {threshold_acc!r}")
+    accept = np.where(p >= threshold_single, 1.0, np.minimum(1.0, p / threshold_acc))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # per draft x: q(x) P(reject x) / (1 - p(x)), the weight of "p without x"; 0 where x is always accepted
+        w = np.where(accept < 1, q * (1 - accept) / (1 - p), 0.0)
+    emitted = q * accept + p * (w.sum() - w)
+    return float((q * accept).sum()), emitted
+
+
 def sample_categorical(probs: ArrayLike, rng: np.random.Generator) -> np.ndarray | int:
     """One token from each distribution on the last axis (inverse CDF, vectorised)."""
     probs = np.asarray(probs, dtype=float)
