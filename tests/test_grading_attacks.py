@@ -19,6 +19,7 @@ import attacks  # noqa: E402
 
 LAB = REPO / "labs" / "01_simulated_loop.ipynb"
 SOLUTION = REPO / "solutions" / "01_simulated_loop.ipynb"
+CELL_S, WALL_FACTOR = 5, 2  # the batch's --cell-timeout (CPU seconds) and --wall-factor
 LAB1 = {f"lab1.q{i}": p for i, p in enumerate([1, 1, 2, 1, 1, 2, 1], 1)}
 
 
@@ -62,8 +63,11 @@ def graded(tmp_path_factory) -> dict:
     nbformat.write(nbformat.v4.new_notebook(cells=lab2), tmp / "lab2_replace_checks.ipynb")
     paths["lab2_replace_checks"] = tmp / "lab2_replace_checks.ipynb"
     results, table = tmp / "r.json", tmp / "r.csv"
+    # limits that the CPU time of Lab 1's cells fits in with room to spare (its slowest graded cell takes about 2 s,
+    # several times that on the wall clock of a loaded machine), and that stop the sleeping loop of SWALLOW_TIMEOUTS,
+    # which only the wall clock catches, in seconds: it runs twice (again in a fresh kernel), and nothing else waits
     proc = specdec("grade", *map(str, paths.values()), "--json", str(results), "--csv", str(table), "-j", "4",
-                   "--cell-timeout", "10")
+                   "--cell-timeout", str(CELL_S), "--wall-factor", str(WALL_FACTOR))
     assert proc.returncode == 0, proc.stderr + proc.stdout
     entries = {Path(e["notebook"]).stem: e for e in json.loads(results.read_text())}
     return dict(entries=entries, csv=table.read_text(), out=proc.stdout)
@@ -113,7 +117,8 @@ def test_every_crash_class_costs_only_its_own_cell(graded):
     entry = graded["entries"]["crashes"]
     assert scores(entry) == LAB1, entry
     output = entry["output"]
-    for words in ["killed by SIGKILL", "MemoryError", "memory limit is 4 GiB", "did not stop at the time limit of 10s",
+    for words in ["killed by SIGKILL", "MemoryError", "memory limit is 4 GiB",
+                  f"did not stop at the time limit of {CELL_S}s of CPU time, {CELL_S * WALL_FACTOR}s on the wall clock",
                   "killed by SIGSEGV"]:
         assert words in output, output
     assert output.count("a fresh kernel ran the cells before it again") == 4
