@@ -1,12 +1,15 @@
 """The grade cannot be fooled from the notebook, a crash costs only what it touches, a mistake costs once.
 
 Lab 1's real notebooks with cells from tests/fixtures/attacks.py added, graded in one run of
-`specdec grade` (module fixture, as a course would grade a class); each test reads its entry.
+`specdec grade` (module fixture, as a course would grade a class); each test reads its entry. The
+attacks and the crashes go into the notebooks' exercise cells only (exercises_only): the cells that
+only demonstrate cost seconds of CPU time in each kernel, again in each fresh one after a crash.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -32,6 +35,22 @@ def with_cells(src: Path, out: Path, cells: dict[int, str]) -> Path:
     return out
 
 
+def exercises_only(src: Path, out: Path) -> Path:
+    """A copy of a notebook with only what grading needs of it: its first code cell (the imports), the cells that
+    define functions (the answers) and the check cells; its markdown, and no cell that only demonstrates."""
+    nb = nbformat.read(src, as_version=4)
+    first = next(c for c in nb.cells if c.cell_type == "code")
+    nb.cells = [c for c in nb.cells if c.cell_type == "markdown" or c is first
+                or re.search(r"^def |^check\(", c.source, re.M)]
+    nbformat.write(nb, out)
+    return out
+
+
+def position(notebook: Path, head: str) -> int:
+    """The 0-based position of the notebook's first cell whose source starts with `head`."""
+    return next(i for i, c in enumerate(nbformat.read(notebook, as_version=4).cells) if c.source.startswith(head))
+
+
 def with_wrong_answers(src: Path, out: Path) -> Path:
     nb = nbformat.read(src, as_version=4)
     for cell in nb.cells:
@@ -53,10 +72,14 @@ def feedback(entry: dict, ex_id: str) -> str:
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("attacks")
-    paths = {name: with_cells(LAB, tmp / f"{name}.ipynb", {-1: cell}) for name, cell in attacks.ATTACKS.items()}
-    # every crash class in one notebook whose answers are all right: in the middle and at the end
-    paths["crashes"] = with_cells(SOLUTION, tmp / "crashes.ipynb", {
-        17: attacks.SIGKILL, 26: attacks.RUNAWAY_MEMORY, -1: attacks.SEGFAULT + "\n", 30: attacks.SWALLOW_TIMEOUTS})
+    lab, solution = exercises_only(LAB, tmp / "lab.ipynb"), exercises_only(SOLUTION, tmp / "solution.ipynb")
+    paths = {name: with_cells(lab, tmp / f"{name}.ipynb", {-1: cell}) for name, cell in attacks.ATTACKS.items()}
+    # every crash class in one notebook whose answers are all right: in the middle (after q3's check, after q5's,
+    # before q6's answer) and at the end
+    paths["crashes"] = with_cells(solution, tmp / "crashes.ipynb", {
+        position(solution, 'check("lab1.q3")') + 1: attacks.SIGKILL,
+        position(solution, 'check("lab1.q5")') + 1: attacks.RUNAWAY_MEMORY,
+        position(solution, "def best_k("): attacks.SWALLOW_TIMEOUTS, -1: attacks.SEGFAULT + "\n"})
     paths["wrong_q1_q2_q5"] = with_wrong_answers(SOLUTION, tmp / "wrong_q1_q2_q5.ipynb")
     lab2 = [nbformat.v4.new_code_cell("from specdec.grading import check"),
             nbformat.v4.new_code_cell(attacks.REPLACE_CHECKS), nbformat.v4.new_code_cell('check("lab2.q1")')]
