@@ -1,12 +1,15 @@
 """The grade cannot be fooled from the notebook, a crash costs only what it touches, a mistake costs once.
 
 Lab 1's real notebooks with cells from tests/fixtures/attacks.py added, graded in one run of
-`specdec grade` (module fixture, as a course would grade a class); each test reads its entry.
+`specdec grade` (module fixture, as a course would grade a class); each test reads its entry. The
+attacks and the crashes go into the notebooks' exercise cells only (exercises_only): the cells that
+only demonstrate cost seconds of CPU time in each kernel, again in each fresh one after a crash.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -19,6 +22,7 @@ import attacks  # noqa: E402
 
 LAB = REPO / "labs" / "01_simulated_loop.ipynb"
 SOLUTION = REPO / "solutions" / "01_simulated_loop.ipynb"
+CELL_S, WALL_FACTOR = 5, 2  # the batch's --cell-timeout (CPU seconds) and --wall-factor
 LAB1 = {f"lab1.q{i}": p for i, p in enumerate([1, 1, 3, 1, 1, 1, 1, 2, 2, 3], 1)}
 
 
@@ -29,6 +33,22 @@ def with_cells(src: Path, out: Path, cells: dict[int, str]) -> Path:
         nb.cells.insert(len(nb.cells) if at < 0 else at, nbformat.v4.new_code_cell(source))
     nbformat.write(nb, out)
     return out
+
+
+def exercises_only(src: Path, out: Path) -> Path:
+    """A copy of a notebook with only what grading needs of it: its first code cell (the imports), the cells that
+    define functions (the answers) and the check cells; its markdown, and no cell that only demonstrates."""
+    nb = nbformat.read(src, as_version=4)
+    first = next(c for c in nb.cells if c.cell_type == "code")
+    nb.cells = [c for c in nb.cells if c.cell_type == "markdown" or c is first
+                or re.search(r"^def |^check\(", c.source, re.M)]
+    nbformat.write(nb, out)
+    return out
+
+
+def position(notebook: Path, head: str) -> int:
+    """The 0-based position of the notebook's first cell whose source starts with `head`."""
+    return next(i for i, c in enumerate(nbformat.read(notebook, as_version=4).cells) if c.source.startswith(head))
 
 
 def with_wrong_answers(src: Path, out: Path) -> Path:
@@ -52,18 +72,25 @@ def feedback(entry: dict, ex_id: str) -> str:
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("attacks")
-    paths = {name: with_cells(LAB, tmp / f"{name}.ipynb", {-1: cell}) for name, cell in attacks.ATTACKS.items()}
-    # every crash class in one notebook whose answers are all right: in the middle and at the end
-    paths["crashes"] = with_cells(SOLUTION, tmp / "crashes.ipynb", {
-        17: attacks.SIGKILL, 26: attacks.RUNAWAY_MEMORY, -1: attacks.SEGFAULT + "\n", 30: attacks.SWALLOW_TIMEOUTS})
+    lab, solution = exercises_only(LAB, tmp / "lab.ipynb"), exercises_only(SOLUTION, tmp / "solution.ipynb")
+    paths = {name: with_cells(lab, tmp / f"{name}.ipynb", {-1: cell}) for name, cell in attacks.ATTACKS.items()}
+    # every crash class in one notebook whose answers are all right: in the middle (after q3's check, after q5's,
+    # before q6's answer) and at the end
+    paths["crashes"] = with_cells(solution, tmp / "crashes.ipynb", {
+        position(solution, 'check("lab1.q3")') + 1: attacks.SIGKILL,
+        position(solution, 'check("lab1.q5")') + 1: attacks.RUNAWAY_MEMORY,
+        position(solution, "def best_k("): attacks.SWALLOW_TIMEOUTS, -1: attacks.SEGFAULT + "\n"})
     paths["wrong_q1_q2_q5"] = with_wrong_answers(SOLUTION, tmp / "wrong_q1_q2_q5.ipynb")
     lab2 = [nbformat.v4.new_code_cell("from specdec.grading import check"),
             nbformat.v4.new_code_cell(attacks.REPLACE_CHECKS), nbformat.v4.new_code_cell('check("lab2.q1")')]
     nbformat.write(nbformat.v4.new_notebook(cells=lab2), tmp / "lab2_replace_checks.ipynb")
     paths["lab2_replace_checks"] = tmp / "lab2_replace_checks.ipynb"
     results, table = tmp / "r.json", tmp / "r.csv"
+    # limits that the CPU time of Lab 1's cells fits in with room to spare (its slowest graded cell takes about 2 s,
+    # several times that on the wall clock of a loaded machine), and that stop the sleeping loop of SWALLOW_TIMEOUTS,
+    # which only the wall clock catches, in seconds: it runs twice (again in a fresh kernel), and nothing else waits
     proc = specdec("grade", *map(str, paths.values()), "--json", str(results), "--csv", str(table), "-j", "4",
-                   "--cell-timeout", "10")
+                   "--cell-timeout", str(CELL_S), "--wall-factor", str(WALL_FACTOR))
     assert proc.returncode == 0, proc.stderr + proc.stdout
     entries = {Path(e["notebook"]).stem: e for e in json.loads(results.read_text())}
     return dict(entries=entries, csv=table.read_text(), out=proc.stdout)
@@ -113,7 +140,8 @@ def test_every_crash_class_costs_only_its_own_cell(graded):
     entry = graded["entries"]["crashes"]
     assert scores(entry) == LAB1, entry
     output = entry["output"]
-    for words in ["killed by SIGKILL", "MemoryError", "memory limit is 4 GiB", "did not stop at the time limit of 10s",
+    for words in ["killed by SIGKILL", "MemoryError", "memory limit is 4 GiB",
+                  f"did not stop at the time limit of {CELL_S}s of CPU time, {CELL_S * WALL_FACTOR}s on the wall clock",
                   "killed by SIGSEGV"]:
         assert words in output, output
     assert output.count("a fresh kernel ran the cells before it again") == 4

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import scipy.stats  # noqa: F401  stats.chi_square_test's, imported before any notebook runs (see exercise.py)
+import scipy.special  # noqa: F401  stats.chi_square_test's, imported before any notebook runs (see exercise.py)
 
 from specdec.grading.answers import as_numpy, close, fmt, number, pair, short, whole_in
 from specdec.grading.calls import Outcome

@@ -7,40 +7,25 @@ to specdec.decoder.bundle, which never knows about zoo names.
 
 from __future__ import annotations
 
-import torch
+import importlib
+from typing import Any
 
-from specdec.decoder import bundle as core
-from specdec.decoder.bundle import ModelBundle, ModelNotFound
 from specdec.zoo.registry import ZooError, find_zoo, known_zoos, rebuild_hint, zoo_parts
 
 __all__ = ["ModelNotFound", "ZooError", "find_zoo", "load_bundle", "resolve", "zoo_parts"]
+# The loading side imports torch: imported when first asked for (as specdec/__init__.py does), so that zoo_parts,
+# which Lab 3's notebook imports in every kernel that grades it, costs no torch.
+_WHERE = {"load_bundle": "specdec.zoo.load", "resolve": "specdec.zoo.load", "ModelBundle": "specdec.decoder.bundle",
+          "ModelNotFound": "specdec.decoder.bundle"}
 
 
-def resolve(spec: str) -> dict | str:
-    """A zoo name -> {part: directory}; anything else is returned as it is (a directory, a hub id)."""
-    if find_zoo(spec) is None:
-        return spec
-    try:
-        return dict(zoo_parts(spec))
-    except ZooError as exc:
-        raise ModelNotFound(str(exc)) from None
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'specdec.zoo' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_WHERE[name]), name)
+    globals()[name] = value  # once: the next lookup does not come here
+    return value
 
 
-def load_bundle(spec: str, parts: tuple[str, ...] = core.PARTS, device="cpu", dtype=torch.float32,
-                draft: str | None = None, eagle: str | None = None) -> ModelBundle:
-    """`--model tiny|DIR|HF_ID` loaded onto a device; `draft` (a zoo name or directory) replaces
-    the draft model found beside the target, `eagle` (a directory) its EAGLE head."""
-    draft_dir = None
-    if draft:
-        d = resolve(draft)
-        draft_dir = d["target"] if isinstance(d, dict) else d
-    try:
-        return core.load_bundle(resolve(spec), parts, device, dtype, draft=draft_dir, eagle=eagle, name=spec)
-    except ModelNotFound as exc:
-        if find_zoo(spec) is not None and "rebuild" not in str(exc):
-            raise ModelNotFound(f"{exc}; {rebuild_hint(spec)}") from None
-        if find_zoo(spec) is None and "unknown model" in str(exc):
-            known = ", ".join(known_zoos()) or "none"
-            raise ModelNotFound(f"unknown model {spec!r}: not a zoo name (known: {known}), a directory, "
-                                "or a Hugging Face id") from None
-        raise
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))

@@ -13,11 +13,21 @@ import torch
 
 from specdec.decoder.checkpoint import eagle_config, save_eagle, save_heads, save_transformer
 from specdec.decoder.draft_modules import EagleHead, MTPHeads, MTPLayer
-from specdec.decoder.model import Transformer
+from specdec.decoder.model import ModelConfig, Transformer
 from specdec.zoo.corpus import build_corpus
 from specdec.zoo.recipes import Recipe
 from specdec.zoo.tokenizer import BOS, EOS, PAD, save_tokenizer, train_tokenizer
 from specdec.zoo.train import MixedBatches, generate_self_data, token_stream, train_draft_modules, train_lm
+
+
+def target_config(recipe: Recipe) -> ModelConfig:
+    """The recipe's target: a Qwen2 body (biases on q, k, v)."""
+    return ModelConfig(vocab_size=recipe.vocab_size, model_type="qwen2", attention_bias=True, **recipe.target)
+
+
+def draft_config(recipe: Recipe) -> ModelConfig:
+    """The recipe's draft: a smaller Llama with tied embeddings."""
+    return ModelConfig(vocab_size=recipe.vocab_size, model_type="llama", tie_word_embeddings=True, **recipe.draft)
 
 
 def build_zoo(recipe: Recipe, out: Path, device: str = "cpu", progress: bool = True,
@@ -46,7 +56,7 @@ def build_zoo(recipe: Recipe, out: Path, device: str = "cpu", progress: bool = T
         return type(stage)(**{**stage.__dict__, "steps": max(1, int(stage.steps * steps_scale)),
                               "eval_every": max(1, int(stage.eval_every * steps_scale))})
 
-    tcfg = recipe.target_config()
+    tcfg = target_config(recipe)
     tcfg.bos_token_id, tcfg.eos_token_id, tcfg.pad_token_id = special.values()
     ts = scaled(recipe.target_stage)
     target = Transformer(tcfg)
@@ -63,7 +73,7 @@ def build_zoo(recipe: Recipe, out: Path, device: str = "cpu", progress: bool = T
     say(f"self-distillation data: {gen_info}")
     mixed = MixedBatches(train, generated, ts.seq_len, recipe.generated_fraction, recipe.seed + 1)
 
-    dcfg = recipe.draft_config()
+    dcfg = draft_config(recipe)
     dcfg.bos_token_id, dcfg.eos_token_id, dcfg.pad_token_id = special.values()
     draft = Transformer(dcfg)
     log_d = train_lm(draft, mixed, heldout, scaled(recipe.draft_stage), device, "draft", recipe.seed + 1, progress,

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from specdec.decoder.model import ModelConfig
-
 
 @dataclass
 class Stage:
@@ -40,12 +38,6 @@ class Recipe:
     seed: int = 0
     notes: str = ""
     extra: dict = field(default_factory=dict)
-
-    def target_config(self) -> ModelConfig:
-        return ModelConfig(vocab_size=self.vocab_size, model_type="qwen2", attention_bias=True, **self.target)
-
-    def draft_config(self) -> ModelConfig:
-        return ModelConfig(vocab_size=self.vocab_size, model_type="llama", tie_word_embeddings=True, **self.draft)
 
 
 RECIPES: dict[str, Recipe] = {

@@ -1,0 +1,41 @@
+"""Loading the zoo's models (torch): `load_bundle` and `resolve`, which specdec.zoo hands out when first asked for."""
+
+from __future__ import annotations
+
+import torch
+
+from specdec.decoder import bundle as core
+from specdec.decoder.bundle import ModelBundle, ModelNotFound
+from specdec.zoo.registry import ZooError, find_zoo, known_zoos, rebuild_hint, zoo_parts
+
+__all__ = ["load_bundle", "resolve"]
+
+
+def resolve(spec: str) -> dict | str:
+    """A zoo name -> {part: directory}; anything else is returned as it is (a directory, a hub id)."""
+    if find_zoo(spec) is None:
+        return spec
+    try:
+        return dict(zoo_parts(spec))
+    except ZooError as exc:
+        raise ModelNotFound(str(exc)) from None
+
+
+def load_bundle(spec: str, parts: tuple[str, ...] = core.PARTS, device="cpu", dtype=torch.float32,
+                draft: str | None = None, eagle: str | None = None) -> ModelBundle:
+    """`--model tiny|DIR|HF_ID` loaded onto a device; `draft` (a zoo name or directory) replaces
+    the draft model found beside the target, `eagle` (a directory) its EAGLE head."""
+    draft_dir = None
+    if draft:
+        d = resolve(draft)
+        draft_dir = d["target"] if isinstance(d, dict) else d
+    try:
+        return core.load_bundle(resolve(spec), parts, device, dtype, draft=draft_dir, eagle=eagle, name=spec)
+    except ModelNotFound as exc:
+        if find_zoo(spec) is not None and "rebuild" not in str(exc):
+            raise ModelNotFound(f"{exc}; {rebuild_hint(spec)}") from None
+        if find_zoo(spec) is None and "unknown model" in str(exc):
+            known = ", ".join(known_zoos()) or "none"
+            raise ModelNotFound(f"unknown model {spec!r}: not a zoo name (known: {known}), a directory, "
+                                "or a Hugging Face id") from None
+        raise
