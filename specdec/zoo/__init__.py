@@ -7,8 +7,10 @@ to specdec.decoder.bundle, which never knows about zoo names.
 
 from __future__ import annotations
 
-from specdec.decoder.methods import PARTS
-from specdec.decoder.paths import ModelNotFound
+import torch
+
+from specdec.decoder import bundle as core
+from specdec.decoder.bundle import ModelBundle, ModelNotFound
 from specdec.zoo.registry import ZooError, find_zoo, known_zoos, rebuild_hint, zoo_parts
 from specdec.zoo.tokenizer import ZooTokenizer
 
@@ -25,15 +27,10 @@ def resolve(spec: str) -> dict | str:
         raise ModelNotFound(str(exc)) from None
 
 
-def load_bundle(spec: str, parts: tuple[str, ...] = PARTS, device="cpu", dtype=None,
-                draft: str | None = None, eagle: str | None = None):
-    """`--model tiny|DIR|HF_ID` loaded onto a device (dtype: default float32), a ModelBundle; `draft` (a zoo
-    name or directory) replaces the draft model found beside the target, `eagle` (a directory) its EAGLE head."""
-    # torch is imported here, not above: the launcher and the room resolve zoo names without it (seconds each)
-    import torch
-
-    from specdec.decoder import bundle as core
-
+def load_bundle(spec: str, parts: tuple[str, ...] = core.PARTS, device="cpu", dtype=torch.float32,
+                draft: str | None = None, eagle: str | None = None) -> ModelBundle:
+    """`--model tiny|DIR|HF_ID` loaded onto a device; `draft` (a zoo name or directory) replaces
+    the draft model found beside the target, `eagle` (a directory) its EAGLE head."""
     draft_dir = None
     if draft:
         d = resolve(draft)
@@ -42,7 +39,7 @@ def load_bundle(spec: str, parts: tuple[str, ...] = PARTS, device="cpu", dtype=N
         paths = resolve(spec)
         # A zoo name loads the zoo's tokenizer without transformers (ZooTokenizer says why); anything else, AutoTokenizer.
         loader = ZooTokenizer if isinstance(paths, dict) else core.load_tokenizer
-        return core.load_bundle(paths, parts, device, dtype or torch.float32, draft=draft_dir, eagle=eagle, name=spec,
+        return core.load_bundle(paths, parts, device, dtype, draft=draft_dir, eagle=eagle, name=spec,
                                 tokenizer_loader=loader)
     except ModelNotFound as exc:
         if find_zoo(spec) is not None and "rebuild" not in str(exc):

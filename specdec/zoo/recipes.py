@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from specdec.decoder.model import ModelConfig
+
 
 @dataclass
 class Stage:
@@ -40,13 +42,9 @@ class Recipe:
     extra: dict = field(default_factory=dict)
 
     def target_config(self) -> ModelConfig:
-        from specdec.decoder.model import ModelConfig  # torch: only when a zoo is built, not when it is named
-
         return ModelConfig(vocab_size=self.vocab_size, model_type="qwen2", attention_bias=True, **self.target)
 
     def draft_config(self) -> ModelConfig:
-        from specdec.decoder.model import ModelConfig
-
         return ModelConfig(vocab_size=self.vocab_size, model_type="llama", tie_word_embeddings=True, **self.draft)
 
 
