@@ -7,8 +7,15 @@ import gc
 import signal
 import sys
 
+import torch
+
 from specdec.cli.common import UsageError, add_threads, threads
+from specdec.decoder.engine import Engine
 from specdec.decoder.methods import METHODS, SPELLINGS, method_named
+from specdec.serving.server.scheduler import Scheduler
+from specdec.serving.server.app import ServerArgs, bind, describe, run, warm_up
+from specdec.zoo import ModelNotFound, load_bundle
+
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -46,26 +53,13 @@ def main(args: argparse.Namespace) -> int:
             raise UsageError(f"{flag} must be >= 1, got {value}")
     if not 0 <= args.port < 65536:
         raise UsageError(f"--port must be in 0..65535, got {args.port}")
-    from specdec.serving.server.sockets import bind
-
-    try:  # first: a taken port is said at once, not after the imports and a load (minutes on a GPU)
-        sock = bind(args.host, args.port)
-    except OSError as exc:
-        raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
-    # Imported once the flags and the port are known to be good: torch and the server take seconds.
-    import torch
-
-    from specdec.decoder.engine import Engine
-    from specdec.serving.server.app import ServerArgs, describe, run, warm_up
-    from specdec.serving.server.scheduler import Scheduler
-    from specdec.zoo import ModelNotFound, load_bundle
-
     torch.set_num_threads(threads(args))
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise UsageError("--device cuda but no CUDA device is visible; use --device cpu")
     dtype = getattr(torch, args.dtype or ("bfloat16" if device.startswith("cuda") else "float32"))
     try:
+        sock = bind(args.host, args.port)  # first: a taken port is said before the load (minutes on a GPU)
         bundle = load_bundle(args.model, METHODS[method].parts, device=device, dtype=dtype,
                              draft=args.draft if method == "draft" else None,
                              eagle=args.draft if method == "eagle" else None)
@@ -73,8 +67,8 @@ def main(args: argparse.Namespace) -> int:
                         cuda_graphs=args.cuda_graphs)
     except (ModelNotFound, ValueError) as exc:
         raise UsageError(str(exc)) from None
-    except OSError as exc:  # an unreadable model file: one line, as any other model that cannot load
-        raise UsageError(f"cannot load {args.model}: {exc.strerror or exc}") from None
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
     warm_up(engine)
     port = sock.getsockname()[1]
     server_args = ServerArgs(model_path=str(bundle.paths["target"]), served_model_name=args.served_model_name or args.model,

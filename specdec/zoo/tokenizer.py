@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Iterable
+
+from jinja2 import TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 EOS, BOS, PAD = "<|endoftext|>", "<|bos|>", "<|pad|>"
 # The zoo was trained on plain text, so a chat is rendered as a plain `role: content` transcript. Shipped
@@ -56,8 +60,6 @@ class ZooTokenizer:
     """
 
     def __init__(self, model_dir: Path):
-        import json
-
         from tokenizers import Tokenizer
 
         model_dir = Path(model_dir)
@@ -110,8 +112,6 @@ class ZooTokenizer:
         trimmed, the special tokens and any extra keyword arguments visible to the template)."""
         if not self.chat_template:
             raise ValueError("this tokenizer has no chat template")
-        from jinja2 import TemplateError
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
 
         def raise_exception(message):
             raise TemplateError(message)

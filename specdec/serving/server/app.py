@@ -30,7 +30,6 @@ from specdec.decoder.kv_cache import KVCache
 from specdec.serving.server import protocol
 from specdec.serving.server.protocol import BadRequest
 from specdec.serving.server.scheduler import EngineError, Handle, Progress, Request, Scheduler
-from specdec.serving.server.sockets import bind  # noqa: F401 (part of this module's interface)
 
 API_VERSION = "0.5.16"  # the SGLang release whose response shapes this server follows
 POLL_S = 0.5  # how often a non-streaming request checks that its caller is still there
@@ -362,6 +361,17 @@ def memory_usage(engine: Engine) -> dict:
     gib = 2 ** 30  # (SGLang rounds to 0.01 GiB, which shows the tiny zoo's megabytes as 0)
     return {"weight": round(weight / gib, 4), "kvcache": round(kv / gib, 4),
             "token_capacity": engine.capacity * engine.max_len, "graph": round(graph / gib, 4)}
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket (port 0: any free one), so the real port is known before serving."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # Accepted connections inherit it: uvicorn writes a response's head and body separately, and without it
+    # the body waits for the client's delayed ACK (40 ms per response on a kept-alive connection).
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.bind((host, port))
+    return sock
 
 
 def warm_up(engine: Engine) -> None:
