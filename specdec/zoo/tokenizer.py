@@ -92,13 +92,15 @@ class ZooTokenizer:
     def __call__(self, text: str | list[str]) -> dict:
         """{"input_ids": ids, "attention_mask": ones}; a list of texts gives a list for each."""
         if isinstance(text, str):
-            ids = self.backend.encode(text).ids
+            ids = self.encode(text)
             return {"input_ids": ids, "attention_mask": [1] * len(ids)}
         ids = [e.ids for e in self.backend.encode_batch(text)]
         return {"input_ids": ids, "attention_mask": [[1] * len(i) for i in ids]}
 
     def encode(self, text: str) -> list[int]:
-        return self.backend.encode(text).ids
+        # encode_batch, as transformers calls it, even for one text: it releases the GIL while it works and
+        # encode does not, so a long prompt tokenized in a server thread would freeze the event loop (/health)
+        return self.backend.encode_batch([text])[0].ids
 
     def decode(self, ids, skip_special_tokens: bool = False) -> str:
         return self.backend.decode([ids] if isinstance(ids, int) else list(ids), skip_special_tokens=skip_special_tokens)
