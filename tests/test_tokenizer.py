@@ -36,3 +36,30 @@ def test_special_tokens_are_set(tiny_bundle):
     tok = tiny_bundle.tokenizer
     assert tok.eos_token == "<|endoftext|>" and tok.bos_token == "<|bos|>" and tok.pad_token == "<|pad|>"
     assert tok.eos_token_id == tiny_bundle.target.config.eos_token_id
+
+
+def test_the_zoo_tokenizer_is_autotokenizer_without_transformers(tiny_bundle, texts):
+    """load_bundle("tiny") reads tokenizer.json with `tokenizers` alone (a faster server start): the same ids,
+    the same text back (special tokens kept or skipped), the same chat prompts as AutoTokenizer's."""
+    from specdec.zoo.tokenizer import ZooTokenizer
+
+    ours, theirs = tiny_bundle.tokenizer, AutoTokenizer.from_pretrained(str(tiny_bundle.paths["target"]))
+    assert isinstance(ours, ZooTokenizer)
+    for t in texts:
+        ids = theirs(t)["input_ids"]
+        assert ours(t)["input_ids"] == ours.encode(t) == ids
+        with_specials = [1] + ids + [0, 2]
+        for skip in (False, True):
+            assert ours.decode(with_specials, skip_special_tokens=skip) == theirs.decode(with_specials, skip_special_tokens=skip)
+    assert ours(texts[:3])["input_ids"] == theirs(texts[:3])["input_ids"]
+    for name in ("bos_token", "eos_token", "pad_token", "bos_token_id", "eos_token_id", "pad_token_id",
+                 "chat_template", "model_max_length"):
+        assert getattr(ours, name) == getattr(theirs, name), name
+    chats = [[{"role": "user", "content": "hi"}],
+             [{"role": "system", "content": "Be brief."}, {"role": "user", "content": texts[0]},
+              {"role": "assistant", "content": "ok\n"}, {"role": "user", "content": " <|endoftext|> é"}]]
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+    for chat in chats:
+        for gen in (False, True):
+            want = theirs.apply_chat_template(chat, tokenize=False, add_generation_prompt=gen, tools=tools, x=1)
+            assert ours.apply_chat_template(chat, tokenize=False, add_generation_prompt=gen, tools=tools, x=1) == want

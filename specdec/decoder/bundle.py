@@ -86,10 +86,11 @@ def _download(repo_id: str) -> Path:
 
 def load_bundle(spec: str | Path | dict[str, Path], parts: tuple[str, ...] = PARTS, device="cpu",
                 dtype=torch.float32, draft: str | Path | None = None, eagle: str | Path | None = None,
-                name: str | None = None) -> ModelBundle:
+                name: str | None = None, tokenizer_loader=load_tokenizer) -> ModelBundle:
     """Load the target and the requested helper parts; a part that is absent stays None.
     `spec`: a directory, a hub id, or {part: directory} (what specdec.zoo resolves a name to);
-    `draft` and `eagle` replace the draft model and EAGLE head found beside the target."""
+    `draft` and `eagle` replace the draft model and EAGLE head found beside the target;
+    `tokenizer_loader(target directory)` loads the tokenizer (the zoo passes its own, lighter one)."""
     paths = dict(spec) if isinstance(spec, dict) else model_paths(spec, draft)
     if isinstance(spec, dict) and draft:
         paths["draft"] = model_paths(draft)["target"]
@@ -100,7 +101,7 @@ def load_bundle(spec: str | Path | dict[str, Path], parts: tuple[str, ...] = PAR
     try:
         target, mtp = load_transformer(paths["target"], dtype, device, with_mtp="mtp" in parts)
         b = ModelBundle(name=name or str(spec if not isinstance(spec, dict) else paths["target"]), target=target,
-                        tokenizer=load_tokenizer(paths["target"]), mtp=mtp, paths=paths)
+                        tokenizer=tokenizer_loader(paths["target"]), mtp=mtp, paths=paths)
         if "heads" in parts and "heads" in paths:
             b.heads = load_heads(paths["heads"], dtype, device)
         if "eagle" in parts and "eagle" in paths:

@@ -7,6 +7,7 @@ import torch
 from specdec.decoder import bundle as core
 from specdec.decoder.bundle import ModelBundle, ModelNotFound
 from specdec.zoo.registry import ZooError, find_zoo, known_zoos, rebuild_hint, zoo_parts
+from specdec.zoo.tokenizer import ZooTokenizer
 
 __all__ = ["load_bundle", "resolve"]
 
@@ -30,7 +31,11 @@ def load_bundle(spec: str, parts: tuple[str, ...] = core.PARTS, device="cpu", dt
         d = resolve(draft)
         draft_dir = d["target"] if isinstance(d, dict) else d
     try:
-        return core.load_bundle(resolve(spec), parts, device, dtype, draft=draft_dir, eagle=eagle, name=spec)
+        paths = resolve(spec)
+        # A zoo name loads the zoo's tokenizer without transformers (ZooTokenizer says why); anything else, AutoTokenizer.
+        loader = ZooTokenizer if isinstance(paths, dict) else core.load_tokenizer
+        return core.load_bundle(paths, parts, device, dtype, draft=draft_dir, eagle=eagle, name=spec,
+                                tokenizer_loader=loader)
     except ModelNotFound as exc:
         if find_zoo(spec) is not None and "rebuild" not in str(exc):
             raise ModelNotFound(f"{exc}; {rebuild_hint(spec)}") from None

@@ -263,7 +263,8 @@ class Server:
                 if self.probe(min(10.0, timeout - elapsed + 0.1)):
                     return
                 bar.update(min(timeout, time.monotonic() - t0) - bar.n)
-                time.sleep(0.05 if elapsed < 2 else 0.5)
+                # A specdec serve is up in seconds, SGLang in a minute or two; a refused probe costs ~2 ms of CPU
+                time.sleep(0.05 if elapsed < 2 else 0.1 if elapsed < 30 else 0.5)
 
 
 _LIVE: dict[int, Server] = {}

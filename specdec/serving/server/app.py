@@ -376,7 +376,10 @@ def bind(host: str, port: int) -> socket.socket:
 
 def warm_up(engine: Engine) -> None:
     """Run a greedy and a sampled request once, so that the common step shapes are captured here, not on a
-    student's first request (a step bakes in how it chooses tokens: one capture each; others come lazily)."""
+    student's first request (a step bakes in how it chooses tokens: one capture each; others come lazily).
+    On a CPU the decoder runs eager: nothing to capture, and skipping it saves a fifth of a second per start."""
+    if engine.device.type == "cpu":
+        return
     engine.generate([[0, 1, 2]], max_new_tokens=4, stop_at_eos=False)
     engine.generate([[0, 1, 2]], max_new_tokens=4, temperature=1.0, stop_at_eos=False)
 
