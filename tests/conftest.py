@@ -102,6 +102,7 @@ SLOW_MODULES = {
     "test_grade_class", "test_grade_lab1", "test_grade_lab2", "test_grade_lab3",
     "test_grading", "test_grading_attacks", "test_grading_hostile", "test_grading_load",
     "test_room", "test_launch_signals", "test_launch_gpu_script", "test_gpu_floor", "test_tour",
+    "test_decode_cli",  # every test a `specdec decode` process of its own
 }
 # ... and single tests of other modules that take more than about 10 s on a 2-core machine, start a server
 # process of their own (3 to 5 s each: it imports torch and loads the zoo) or run a benchmark script
@@ -116,6 +117,14 @@ SLOW_TESTS = {
     # a benchmark script
     "test_the_host_step_benchmark_runs_and_records_both_batches",
     "test_an_unknown_part_or_a_compiled_variant_that_is_not_a_plain_step_is_refused",
+    "test_an_unknown_variant_is_refused_before_any_work",
+    # a `specdec` process of its own that loads torch (3 to 5 s of CPU each; tests/test_cli.py keeps the quick ones)
+    "test_missing_file_names_it_and_the_rebuild_command", "test_truncated_weights_name_the_file_and_the_rebuild_command",
+    "test_corrupted_zoo_json_names_it", "test_bad_arguments_are_one_line", "test_cuda_without_a_gpu_is_one_line",
+    "test_tour_lab1_writes_report_and_plots",
+    # torch.compile on the CPU (inductor compiles C++: 5 to 20 s each)
+    "test_one_row_linear_under_compile_is_the_matmul", "test_a_graph_captured_greedy_is_not_replayed_for_sampling_rows",
+    "test_a_compiled_batch1_step_takes_the_fast_paths_and_decodes_as_eager", "test_compile_is_not_cut_off_after_eight_captures",
 }
 # Modules that read one session fixture: they run on the same worker, so that it is built once.
 SHARED_RUNS = {"test_grade_class": "lab3_class", "test_grade_lab3": "lab3_class"}
@@ -163,6 +172,25 @@ def pytest_itemcollected(item):
         item.add_marker(pytest.mark.slow)
 
 
+# The longest work units, in seconds on a quiet 2-core machine (roughly: only their order matters). They are handed
+# out first, longest first, so that no worker starts a two-minute notebook while the other has run out of work.
+LONGEST = {
+    "tests/test_notebooks_lab3.py::test_lecture_runs": 120, "tests/test_notebooks_lab2.py::test_lecture_runs": 115,
+    "tests/test_grading_attacks.py": 80, "lab3_class": 75, "tests/test_notebooks_lab2.py::test_solution_runs": 75,
+    "tests/test_tour.py::test_tour_prints": 70, "tests/test_room.py::test_lab_3_runs": 60,
+    "tests/test_zoo.py::test_eval_writes": 50, "tests/test_notebooks_lab3.py::test_solution_runs": 45,
+    "tests/test_notebooks_lab2.py::test_untouched_lab": 35, "tests/test_grade_lab2.py": 30,
+    "tests/test_notebooks_lab3.py::test_untouched_lab": 22, "tests/test_launch_lifecycle.py::test_ten_start": 20,
+    "tests/test_gpu_floor.py::test_the_floor_benchmark_runs": 19, "tests/test_grading.py": 18,
+}
+
+
+def expected_seconds(nodeid: str) -> float:
+    unit = work_unit(nodeid)
+    return max((s for prefix, s in LONGEST.items() if unit.startswith(prefix)), default=0.0)
+
+
 def pytest_collection_modifyitems(config, items):
-    # the slow tests first, so that the workers share them out and finish the quick ones side by side at the end
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    # the slow tests first, the longest of them first (longest processing time first: the workers finish close
+    # together), the quick ones side by side at the end
+    items.sort(key=lambda item: (item.get_closest_marker("slow") is None, -expected_seconds(item.nodeid)))
