@@ -27,13 +27,13 @@ def test_solution_scores_full_marks(graded):
     doc = graded["solution"]
     points = lab_points(3)
     assert [t["name"].split(":")[0] for t in doc["tests"]] == list(points)
-    assert doc["score"] == doc["max_score"] == sum(points.values()) == 7, doc["tests"]
+    assert doc["score"] == doc["max_score"] == sum(points.values()) == 16, doc["tests"]
 
 
 @pytest.mark.slow
 def test_generated_lab_scores_zero(graded):
     doc = graded["lab"]
-    assert doc["max_score"] == 7 and doc["score"] == 0.0, [t for t in doc["tests"] if t["score"] > 0]
+    assert doc["max_score"] == 16 and doc["score"] == 0.0, [t for t in doc["tests"] if t["score"] > 0]
 
 
 @pytest.mark.slow

@@ -49,14 +49,28 @@ def launch_flags(algorithm, num_steps, draft=None):
     return flags
 
 
-def best_config(results, itl_p95_limit_ms):
-    fits = sorted((r for r in results if r["itl_p95_ms"] <= itl_p95_limit_ms), key=lambda r: -r["tokens_per_s"])
+def best_config(results, baseline_outputs, itl_p95_limit_ms):
+    lossless = {r["config"] for r in results} - {r["config"] for r in results if r["outputs"] != baseline_outputs}
+    fits = sorted((r for r in results if r["itl_p95_ms"] <= itl_p95_limit_ms and r["config"] in lossless),
+                  key=lambda r: -r["tokens_per_s"])  # sorted is stable: the first of equals stays first
     return (fits[0]["config"], fits[0]["concurrency"]) if fits else None
+
+
+def predicted_crossover(levels, tau, k, plain_step_s, verify_step_s, draft_step_s):
+    speedups = [tau * p / (v + k * d) for p, v, d in zip(plain_step_s, verify_step_s, draft_step_s)]
+    return speedups, next((c for c, s in zip(levels, speedups) if not s > 1), None)
+
+
+def tau_at_k(histogram, new_k):
+    reach = acceptance_by_position(histogram)
+    rates = [r / prev if prev else 0.0 for r, prev in zip(reach, [1.0] + reach)]
+    rates += [rates[-1]] * (new_k - len(rates))
+    return 1 + float(np.cumprod(rates[:new_k]).sum())
 
 
 REFERENCE = {"lab3.q1": accept_length_of, "lab3.q2": overall_accept_length, "lab3.q3": acceptance_by_position,
              "lab3.q4": speedup_by_category, "lab3.q5": crossover_concurrency, "lab3.q6": launch_flags,
-             "lab3.q7": best_config}
+             "lab3.q7": best_config, "lab3.q8": predicted_crossover, "lab3.q9": tau_at_k}
 
 
 # --- the common mistakes --------------------------------------------------------------------------
@@ -97,15 +111,58 @@ def flags_draft_for_nextn(algorithm, num_steps, draft=None):
     return {**launch_flags(algorithm, num_steps, draft), "speculative_draft_model_path": draft or "/models/target"}
 
 
-def best_ignores_limit(results, itl_p95_limit_ms):
-    top = max(results, key=lambda r: r["tokens_per_s"])
-    return top["config"], top["concurrency"]
+def best_ignores_limit(results, baseline_outputs, itl_p95_limit_ms):
+    return best_config([{**r, "itl_p95_ms": 0.0} for r in results], baseline_outputs, itl_p95_limit_ms)
 
 
-def best_strict(results, itl_p95_limit_ms):
-    ok = [r for r in results if r["itl_p95_ms"] < itl_p95_limit_ms]
-    top = max(ok, key=lambda r: r["tokens_per_s"]) if ok else None
-    return (top["config"], top["concurrency"]) if top else None
+def best_strict(results, baseline_outputs, itl_p95_limit_ms):
+    return best_config(results, baseline_outputs, itl_p95_limit_ms - 1e-9)
+
+
+def best_ignores_outputs(results, baseline_outputs, itl_p95_limit_ms):
+    return best_config([{**r, "outputs": baseline_outputs} for r in results], baseline_outputs, itl_p95_limit_ms)
+
+
+def best_checks_parity_per_point(results, baseline_outputs, itl_p95_limit_ms):
+    same = [r for r in results if r["outputs"] == baseline_outputs]
+    return best_config(same, baseline_outputs, itl_p95_limit_ms)
+
+
+def crossover_without_draft(levels, tau, k, plain_step_s, verify_step_s, draft_step_s):
+    return predicted_crossover(levels, tau, k, plain_step_s, verify_step_s, [0.0] * len(levels))
+
+
+def crossover_tau_minus_one(levels, tau, k, plain_step_s, verify_step_s, draft_step_s):
+    speedups, _ = predicted_crossover(levels, tau, k, plain_step_s, verify_step_s, draft_step_s)
+    speedups = [s * (tau - 1) / tau for s in speedups]
+    return speedups, next((c for c, s in zip(levels, speedups) if s <= 1), None)
+
+
+def crossover_interpolated(levels, tau, k, plain_step_s, verify_step_s, draft_step_s):
+    speedups, _ = predicted_crossover(levels, tau, k, plain_step_s, verify_step_s, draft_step_s)
+    for (c0, s0), (c1, s1) in zip(zip(levels, speedups), zip(levels[1:], speedups[1:])):
+        if s0 > 1 >= s1:
+            return speedups, float(np.exp(np.log(c0) + (s0 - 1) / (s0 - s1) * (np.log(c1) - np.log(c0))))
+    return speedups, (levels[0] if speedups[0] <= 1 else None)
+
+
+def crossover_strictly_below(levels, tau, k, plain_step_s, verify_step_s, draft_step_s):
+    speedups, _ = predicted_crossover(levels, tau, k, plain_step_s, verify_step_s, draft_step_s)
+    return speedups, next((c for c, s in zip(levels, speedups) if s < 1), None)
+
+
+def tau_without_bonus(histogram, new_k):
+    return tau_at_k(histogram, new_k) - 1
+
+
+def tau_iid_mean_rate(histogram, new_k):
+    k, steps = len(histogram) - 1, sum(histogram)
+    rate = sum(i * h for i, h in enumerate(histogram)) / (k * steps)
+    return sum(rate ** i for i in range(new_k + 1))
+
+
+def tau_measured_whatever_k(histogram, new_k):
+    return records.tau_from_histogram(histogram)
 
 
 PLANTED = [
@@ -114,13 +171,26 @@ PLANTED = [
     ("lab3.q4", speedup_inverted, "speculative over plain"), ("lab3.q5", crossover_strict, None),
     ("lab3.q6", flags_wrong_width, "topk 1 forces"), ("lab3.q6", flags_draft_for_nextn, "not for this algorithm"),
     ("lab3.q7", best_ignores_limit, "is over the limit"), ("lab3.q7", best_strict, "means <="),
+    ("lab3.q7", best_ignores_outputs, "changes the outputs"),
+    ("lab3.q7", best_checks_parity_per_point, "out at every concurrency"),
+    ("lab3.q8", crossover_without_draft, "drafter's time is missing"), ("lab3.q8", crossover_tau_minus_one, "tau - 1"),
+    ("lab3.q8", crossover_interpolated, "interpolated"), ("lab3.q8", crossover_strictly_below, "exactly 1"),
+    ("lab3.q9", tau_without_bonus, "bonus"), ("lab3.q9", tau_iid_mean_rate, "i.i.d."),
+    ("lab3.q9", tau_measured_whatever_k, "measured tau"),
 ]
 
 
 def test_exercise_list():
     exs = exercises_for_lab(3)
-    assert [e.id for e in exs] == [f"lab3.q{i}" for i in range(1, 8)]
-    assert len(exs) >= 5 and all(e.points == 1 for e in exs)
+    assert [e.id for e in exs] == [f"lab3.q{i}" for i in range(1, 10)]
+    assert all(e.points == 1 for e in exs[:6])  # bookkeeping: one point each
+
+
+def test_most_points_are_on_understanding():
+    """Issue 23: at least 60% of the lab's points on exercises whose answer is not printed above them."""
+    understanding = {"lab3.q7", "lab3.q8", "lab3.q9"}
+    points = {e.id: e.points for e in exercises_for_lab(3)}
+    assert sum(points[i] for i in understanding) / sum(points.values()) >= 0.6
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -339,7 +339,7 @@ def test_lab_3_runs_on_a_two_student_room_and_leaves_the_room_running(tmp_path):
             mp.undo()
         text = text_of(nb)
         assert f"using the room's servers at plain {env[ENV_URL]}, speculative {env[ENV_SPEC_URL]}" in text, text
-        assert "started our own" not in text and "total: 7 / 7" in text
+        assert "started our own" not in text and "total: 16 / 16" in text
         assert "servers still running: none (of the 0 this notebook started)" in text
         assert all(pid_alive(p) for p in pids), "the notebook stopped a room's server"
         for r in rows.values():  # every student's servers still serve

@@ -19,13 +19,14 @@ from specdec.cli.common import UsageError
 from specdec.serving.measure.bench import DEFAULT_MIN_RUN_S, ENDPOINTS, SCHEMAS, SweepConfig, format_sweep, run_sweep
 from specdec.serving.measure.client import ClientError
 from specdec.serving.measure.compare import compare, format_comparison, plot_comparison
-from specdec.serving.measure.prompts import CATEGORIES
+from specdec.serving.measure.prompts import CATEGORIES, DEFAULT_CATEGORIES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--url", default=None, help="the server, e.g. http://127.0.0.1:30000")
     p.add_argument("--api-key", default=None)
-    p.add_argument("--categories", default=",".join(CATEGORIES), help=f"comma-separated: {', '.join(CATEGORIES)}")
+    p.add_argument("--categories", default=",".join(DEFAULT_CATEGORIES),
+                   help=f"comma-separated: {', '.join(CATEGORIES)} (default: {', '.join(DEFAULT_CATEGORIES)})")
     p.add_argument("--concurrency", default="1,2,4,8,16,32", help="comma-separated levels")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--requests-per-run", type=int, default=None,

@@ -1,7 +1,10 @@
 """Lab 3's exercises (live speculative servers), declared as data: see exercise.py.
 
 The cases are response records in SGLang's real shapes (0.5.16 names with their aliases, or 0.5.23's
-names only, at random), sweep results and launch scenarios; the references are specdec.serving.measure's.
+names only, at random), sweep results, launch scenarios, step times and histograms; the references are
+specdec.serving.measure's. q1 to q6 are bookkeeping (1 point each); q7 to q9 (10 of the 16 points) ask for what
+is not printed above them: what to serve without changing the answers, the crossover predicted from step times,
+and the accept length at another k.
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ import numpy as np
 
 from specdec.grading.answers import close, number, short
 from specdec.grading.exercise import Case, Exercise, Part, WrongShape
-from specdec.serving.measure import records
+from specdec.serving.measure import compare, records
+from specdec.sim import formulas
 from specdec.serving.ops.launch import LaunchConfig, LaunchConfigError
 
 # --- response records ----------------------------------------------------------------------------
@@ -175,6 +179,7 @@ Q3 = Exercise(
     id="lab3.q3", points=1, title="acceptance by position from the histogram", reads="acceptance_by_position",
     signature="(histogram)", parts=(Part(histogram_cases, judge_by_position, records.acceptance_by_position,
                                          what="histograms"),),
+    stand_in="specdec.serving.measure.records:acceptance_by_position",  # for q9, which may call it
 )
 
 
@@ -228,12 +233,10 @@ Q4 = Exercise(
 
 
 def reference_first_level_not_paying(levels, plain, spec):
-    """q5's answer (the exercise's crossover_concurrency): the first level, ascending, where speculation no
-    longer pays (spec <= plain tok/s); None if it always pays. A plain reading of one sweep: no interpolation
-    and no intervals. What the course reports as the crossover is specdec.serving.measure.compare.crossover:
-    interpolated in log(concurrency) between the levels either side of 1, named only where the intervals
-    clear 1."""
-    return next((c for c, p, s in zip(levels, plain, spec) if s <= p), None)
+    """q5's answer (the exercise's crossover_concurrency): compare.first_level_not_paying, the course's one
+    rule for the crossover (the first level, ascending, where spec <= plain tok/s; None if it always pays),
+    on the measured speedups. compare.crossover reports the same level, with the runs' intervals."""
+    return compare.first_level_not_paying(levels, [s / p for p, s in zip(plain, spec)])
 
 
 def crossover_cases(rng: np.random.Generator) -> list[Case]:
@@ -269,6 +272,7 @@ Q5 = Exercise(
     id="lab3.q5", points=1, title="where speculation stops paying", reads="crossover_concurrency",
     signature="(levels, plain_tok_s, spec_tok_s)",
     parts=(Part(crossover_cases, judge_crossover, reference_first_level_not_paying, what="sweeps"),),
+    answered_by=("specdec.serving.measure.compare:first_level_not_paying",),
 )
 
 
@@ -322,51 +326,108 @@ Q6 = Exercise(
 )
 
 
-# --- q7: choosing a configuration under a latency target -------------------------------------------
+# --- q7: the configuration to serve: a latency target and the baseline's outputs ---------------------
+
+# Lossy configurations carry SGLang's --speculative-accept-threshold-single/acc below 1, which accept drafts the
+# target would not have chosen: faster, and different text. specdec serve has no such threshold, so the cases
+# carry them synthetically (the notebook checks parity on what its servers send back).
+CONFIGS = ("plain", "EAGLE k=3", "NEXTN k=4", "NGRAM k=4", "EAGLE k=3, accept threshold 0.7",
+           "NEXTN k=4, accept threshold 0.5")
+WORDS = "the cache holds each layer's keys and values for every token seen so far".split()
 
 
-def reference_best(results: list[dict], limit: float):
-    ok = [r for r in results if r["itl_p95_ms"] <= limit]
+def lossy(config: str) -> bool:
+    return "threshold" in config
+
+
+def changed(outputs: list[str], rng: np.random.Generator) -> list[str]:
+    """The same outputs but one, of which one word differs: what a lossy acceptance rule does."""
+    out, j = list(outputs), int(rng.integers(len(outputs)))
+    words = out[j].split()
+    w = int(rng.integers(len(words)))
+    words[w] = "values" if words[w] != "values" else "keys"
+    out[j] = " ".join(words)
+    return out
+
+
+def differs_at(results: list[dict], baseline: list[str], config: str) -> list[int]:
+    """The concurrencies at which `config`'s outputs are not the baseline's."""
+    return [r["concurrency"] for r in results if r["config"] == config and r["outputs"] != baseline]
+
+
+def reference_best(results: list[dict], baseline_outputs: list[str], limit: float):
+    """The most tokens/s among points within the p95 ITL limit (<=) of configurations whose outputs equal the
+    baseline's at every concurrency measured; the first in `results` order on a tie; None if none qualifies."""
+    lossless = {r["config"] for r in results} - {r["config"] for r in results if r["outputs"] != baseline_outputs}
+    ok = [r for r in results if r["itl_p95_ms"] <= limit and r["config"] in lossless]
     if not ok:
         return None
-    best = max(ok, key=lambda r: r["tokens_per_s"])
+    best = max(ok, key=lambda r: r["tokens_per_s"])  # max keeps the first of equals
     return best["config"], best["concurrency"]
+
+
+def best_sweep(rng: np.random.Generator) -> tuple[list[dict], list[str]]:
+    baseline = [" ".join(rng.choice(WORDS, int(rng.integers(4, 9)))) for _ in range(int(rng.integers(2, 5)))]
+    configs = ["plain"] + [str(c) for c in rng.permutation(CONFIGS[1:])[: int(rng.integers(3, 6))]]
+    if not any(lossy(c) for c in configs):
+        configs[-1] = CONFIGS[-1]
+    results = []
+    for config in configs:
+        bad = set(rng.choice((1, 2, 4, 8, 16), int(rng.integers(1, 4)), replace=False).tolist()) if lossy(config) else set()
+        for c in (1, 2, 4, 8, 16):
+            gain = 1.6 if lossy(config) else 1.0  # lossy configurations are the fast ones
+            results.append({"config": config, "concurrency": c, "tokens_per_s": float(rng.uniform(100, 3000) * gain),
+                            "itl_p95_ms": float(rng.uniform(2, 60)),
+                            "outputs": changed(baseline, rng) if c in bad else list(baseline)})
+    return results, baseline
 
 
 def best_cases(rng: np.random.Generator) -> list[Case]:
     cases = []
-    for i in range(8):
-        results = []
-        for config in ("plain", "EAGLE k=3", "NEXTN k=4")[: int(rng.integers(2, 4))]:
-            for c in (1, 2, 4, 8, 16, 32):
-                results.append({"config": config, "concurrency": c, "tokens_per_s": float(rng.uniform(100, 5000)),
-                                "itl_p95_ms": float(rng.uniform(2, 60))})
+    for i in range(10):
+        results, baseline = best_sweep(rng)
         itl = sorted(r["itl_p95_ms"] for r in results)
-        limit = itl[int(rng.integers(0, len(itl)))] if i != 5 else itl[0] / 2  # case 5: nothing fits
-        top = max(results, key=lambda r: r["tokens_per_s"])
-        if i == 2:  # the fastest overall is just over the limit
-            limit = top["itl_p95_ms"] - 0.01
-        elif i == 3:  # ... or exactly at it: within the limit
-            limit = top["itl_p95_ms"]
-        cases.append(Case((results, limit), shown=f"limit {limit:.2f} ms over {len(results)} points"))
+        limit = itl[int(rng.integers(len(itl) // 3, len(itl)))]
+        top = max(r["tokens_per_s"] for r in results) + 1
+        lossy_config = next(r["config"] for r in results if lossy(r["config"]))
+        mine = [r for r in results if r["config"] == lossy_config]
+        kind = ("differs here", "differs elsewhere", "at the limit", "nothing fits", "just over", "random")[min(i, 5)]
+        if kind in ("differs here", "differs elsewhere"):  # the fastest within the limit is a lossy point
+            here, there = mine[1], mine[3]
+            here.update(tokens_per_s=top, itl_p95_ms=limit * 0.9)
+            if kind == "differs here":
+                here["outputs"] = changed(baseline, rng)
+            else:  # equal text at this concurrency, different at another: the configuration is still lossy
+                here["outputs"], there["outputs"] = list(baseline), changed(baseline, rng)
+        elif kind in ("at the limit", "just over"):  # the fastest lossless point sits at the limit
+            point = max((r for r in results if not lossy(r["config"])), key=lambda r: r["tokens_per_s"])
+            limit = point["itl_p95_ms"] if kind == "at the limit" else point["itl_p95_ms"] - 0.01
+        elif kind == "nothing fits":
+            limit = itl[0] / 2
+        cases.append(Case((results, baseline, limit), shown=f"limit {limit:.2f} ms over {len(results)} points of "
+                                                            f"{len({r['config'] for r in results})} configurations",
+                          tag=kind))
     return cases
 
 
 def judge_best(case: Case, got: Any, want) -> str | None:
+    if got is not None and not (isinstance(got, (list, tuple)) and len(got) == 2):
+        raise WrongShape(f"best_config must return (config, concurrency) or None, got {short(got)}")
     if want is None:
-        return None if got is None else f"{case.shown}: nothing meets the limit: expected None, got {short(got)}"
-    if isinstance(got, (list, tuple)) and len(got) == 2 and got[0] == want[0] and number(got[1]) == want[1]:
+        return None if got is None else f"{case.shown}: nothing qualifies: expected None, got {short(got)}" + \
+            why_not_best(case, got)
+    if got is not None and got[0] == want[0] and number(got[1]) == want[1]:
         return None
-    return f"{case.shown}: expected {want}, got {short(got)}" + why_not_best(case, got, want)
+    return f"{case.shown}: expected {want}, got {short(got)}" + why_not_best(case, got)
 
 
-def why_not_best(case: Case, got: Any, want) -> str:
+def why_not_best(case: Case, got: Any) -> str:
     """The likely mistake behind a wrong choice, when one explains it."""
-    results, limit = case.args
-    point = next((r for r in results if isinstance(got, (list, tuple)) and len(got) == 2
-                  and (r["config"], r["concurrency"]) == (got[0], number(got[1]))), None)
-    at_limit = [r for r in results if r["itl_p95_ms"] == limit]
-    strict = reference_best([r for r in results if r["itl_p95_ms"] < limit], limit)
+    results, baseline, limit = case.args
+    point = next((r for r in results if got is not None and (r["config"], r["concurrency"]) == (got[0], number(got[1]))),
+                 None)
+    at_limit = [r for r in results if r["itl_p95_ms"] == limit and not differs_at(results, baseline, r["config"])]
+    strict = reference_best(results, baseline, float(np.nextafter(limit, -np.inf)))  # "<" where "<=" is asked
     if at_limit and (got is None and strict is None or point is not None and tuple(got) == strict):
         best = max(at_limit, key=lambda r: r["tokens_per_s"])
         return (f" ({best['config']!r} at concurrency {best['concurrency']} has a p95 ITL of exactly the limit: "
@@ -375,14 +436,151 @@ def why_not_best(case: Case, got: Any, want) -> str:
         return ""
     if point["itl_p95_ms"] > limit:
         return f" (its p95 ITL, {point['itl_p95_ms']:.2f} ms, is over the limit)"
-    if point["tokens_per_s"] < max(r["tokens_per_s"] for r in results if r["itl_p95_ms"] <= limit):
-        return f" (within the limit, but {point['tokens_per_s']:.0f} tokens/s is not the most among those that are)"
-    return ""
+    bad = differs_at(results, baseline, point["config"])
+    if point["outputs"] != baseline:
+        return (f" ({point['config']!r} changes the outputs: at concurrency {point['concurrency']} its text is not the "
+                "baseline's, so it does not serve the same answers)")
+    if bad:
+        return (f" ({point['config']!r} matches the baseline here but not at concurrency {bad[0]}: its acceptance rule "
+                "changes outputs, so it is out at every concurrency)")
+    return " (it qualifies, but another qualifying point has more tokens/s)"
 
 
 Q7 = Exercise(
-    id="lab3.q7", points=1, title="the configuration to serve under a latency target", reads="best_config",
-    signature="(results, itl_p95_limit_ms)", parts=(Part(best_cases, judge_best, reference_best, what="sweeps"),),
+    id="lab3.q7", points=3, title="the configuration to serve: a latency target and the baseline's outputs",
+    reads="best_config", signature="(results, baseline_outputs, itl_p95_limit_ms)",
+    parts=(Part(best_cases, judge_best, reference_best, what="sweeps"),),
 )
 
-EXERCISES = (Q1, Q2, Q3, Q4, Q5, Q6, Q7)
+
+# --- q8: the crossover predicted from measured step times ------------------------------------------
+
+
+def reference_predicted_crossover(levels, tau, k, plain_step_s, verify_step_s, draft_step_s):
+    return compare.predicted_crossover(levels, tau, k, plain_step_s, verify_step_s, draft_step_s)
+
+
+def step_time_cases(rng: np.random.Generator) -> list[Case]:
+    """Step times shaped like a roofline: a floor (reading the weights) and a part that grows with the batch,
+    k + 1 positions per request in a verify step; the drafter's time per drafted token grows too."""
+    cases = []
+    for i in range(9):
+        levels = [int(c) for c in 2 ** np.arange(int(rng.integers(4, 8)))]
+        k = int(rng.integers(2, 7))
+        tau = float(rng.uniform(1.6, min(k + 0.9, 4.5)))
+        floor = float(rng.uniform(4e-3, 2e-2))
+        grow = floor * float(rng.uniform(0.02, 0.3)) * (0.05 if i == 1 else 1)  # i == 1: never compute bound
+        draft = floor * float(rng.uniform(0.03, 0.12))
+        b = np.asarray(levels, dtype=float)
+        plain = floor + grow * b
+        verify = 1.05 * floor + grow * b * (k + 1)
+        per_draft = draft * (1 + 0.02 * b)
+        if i == 2:  # the drafts cost more than they save even at batch 1
+            tau, per_draft = 1.2, per_draft * 6
+        cases.append(Case((levels, tau, k, plain.tolist(), verify.tolist(), per_draft.tolist()),
+                          shown=f"levels {levels}, tau {tau:.3f}, k {k}", tag="step times"))
+    # dyadic times: the speedup at concurrency 4 is exactly 1 (no rounding), where speculation no longer pays
+    cases.append(Case(([1, 2, 4, 8], 2.5, 2, [2 ** -8] * 4, [4 / 1024, 6 / 1024, 9 / 1024, 12 / 1024], [2 ** -11] * 4),
+                      shown="levels [1, 2, 4, 8], tau 2.5, k 2, a speedup of exactly 1 at 4", tag="exactly 1"))
+    return cases
+
+
+def judge_predicted_crossover(case: Case, got: Any, want) -> list[str | None]:
+    if not (isinstance(got, (list, tuple)) and len(got) == 2):
+        raise WrongShape(f"predicted_crossover must return (speedups, crossover), got {short(got)}")
+    levels, tau, k, tp, tv, td = case.args
+    want_s, want_c = want
+    try:
+        got_s = np.asarray(got[0], dtype=float).ravel()
+    except (TypeError, ValueError):
+        raise WrongShape(f"the speedups must be a list of numbers, one per level, got {short(got[0])}") from None
+    if got_s.shape != (len(levels),):
+        raise WrongShape(f"{case.shown}: one speedup per level ({len(levels)}), got {got_s.size}")
+    tp, tv, td = (np.asarray(x, dtype=float) for x in (tp, tv, td))
+    mistakes = {"the drafter's time is missing: each verify step also waits for k drafted tokens":
+                tau * tp / tv,
+                "with tau - 1: tau already counts every token a verify step emits, the bonus included":
+                (tau - 1) * tp / (k * td + tv),
+                "one drafted token per step: a verify step waits for k of them": tau * tp / (td + tv),
+                "plain over speculative: the speedup is the speculative throughput over the plain one":
+                (k * td + tv) / (tau * tp)}
+    speed_why = None
+    if not np.allclose(got_s, want_s, rtol=1e-6, atol=0):
+        speed_why = next((f"{case.shown}: {why}" for why, alt in mistakes.items() if np.allclose(got_s, alt, rtol=1e-6)),
+                         f"{case.shown}: expected speedups {np.round(want_s, 4).tolist()}, got {np.round(got_s, 4).tolist()}")
+    c = got[1]
+    if c is None and want_c is None or c is not None and number(c) == want_c:
+        return [speed_why, None]
+    paid = [lv for lv, s in zip(levels, want_s) if s > 1]
+    if want_c is not None and number(c) is not None and levels[0] < number(c) < want_c and number(c) not in levels:
+        why = "interpolated between levels; the crossover is the first level measured at or below 1"
+    elif paid and number(c) == paid[-1] and want_c is not None:
+        why = f"{c} is the last level that pays; the crossover is the first that does not"
+    elif case.tag == "exactly 1":
+        why = "a speedup of exactly 1 means speculation no longer pays there"
+    else:
+        why = "the first level, ascending, whose predicted speedup is at or below 1; None if none is"
+    return [speed_why, f"{case.shown}: crossover {short(c)}, expected {want_c}: {why}"]
+
+
+Q8 = Exercise(
+    id="lab3.q8", points=4, title="the crossover predicted from measured step times", reads="predicted_crossover",
+    signature="(levels, tau, k, plain_step_s, verify_step_s, draft_step_s)",
+    parts=(Part(step_time_cases, judge_predicted_crossover, reference_predicted_crossover, what="sets of step times"),),
+    answered_by=("specdec.serving.measure.compare:predicted_crossover", "specdec.sim.formulas:speedup_from_costs",
+                 "specdec.serving.measure.compare:first_level_not_paying"),
+)
+
+
+# --- q9: accept length at another k, from one server's histogram -----------------------------------
+
+
+def falling_histogram(rng: np.random.Generator, k: int, steps: int) -> list[int]:
+    """A chain's histogram of accepted drafts whose acceptance falls with the position, as real drafters' does."""
+    start, fall = rng.uniform(0.55, 0.95), rng.uniform(0.02, 0.12)
+    alphas = np.clip(start - fall * np.arange(k), 0.05, 1)
+    accepted = np.cumprod(rng.random((steps, k)) < alphas, 1).sum(1)
+    return np.bincount(accepted, minlength=k + 1).tolist()
+
+
+def tau_at_k_cases(rng: np.random.Generator) -> list[Case]:
+    cases = []
+    for i in range(10):
+        k = int(rng.integers(2, 7))
+        hist = falling_histogram(rng, k, int(rng.integers(200, 3000)))
+        new_k = (k + int(rng.integers(1, 4)), max(1, k - int(rng.integers(1, k))), k)[i % 3] if i < 9 else k + 2
+        if i == 9:  # every draft accepted: the chain goes on
+            hist = [0] * k + [50]
+        cases.append(Case((hist, new_k), shown=f"histogram {hist} (k = {k}), new k {new_k}"))
+    cases.append(Case(([40, 0, 0], 4), shown="histogram [40, 0, 0] (k = 2), new k 4: no draft ever accepted"))
+    return cases
+
+
+def judge_tau_at_k(case: Case, got: Any, want: float) -> str | None:
+    x = number(got)
+    if x is None:
+        raise WrongShape(f"tau_at_k must return a number, got {short(got)}")
+    if close(x, want, rel=1e-9, abs_=1e-12):
+        return None
+    hist, new_k = case.args
+    k, steps = len(hist) - 1, sum(hist)
+    reach = records.acceptance_by_position(hist)
+    rate = sum(i * h for i, h in enumerate(hist)) / (k * steps)
+    alts = [(want - 1, "without the bonus token: a verify step emits accepted drafts + 1"),
+            (records.tau_from_histogram(hist), f"that is the measured tau at k = {k}; with {new_k} drafts the chain "
+                                               f"{'stops earlier' if new_k < k else 'can go further'}"),
+            (float(formulas.expected_tokens_per_step(rate, new_k)) if 0 < rate < 1 else None,
+             "the i.i.d. formula with the mean acceptance rate: acceptance falls with the position, so use each "
+             "position's own"),
+            (1 + sum(h / steps for h in hist[1:new_k + 1]), "P(exactly i accepted) is not P(draft i accepted)")]
+    why = next((w for a, w in alts if a is not None and close(x, a, rel=1e-9)), None)
+    return f"{case.shown}: expected {want:.4f}, got {x:.4f}" + (f" ({why})" if why else "")
+
+
+Q9 = Exercise(
+    id="lab3.q9", points=3, title="accept length at another k, from one server's histogram", reads="tau_at_k",
+    signature="(histogram, new_k)", parts=(Part(tau_at_k_cases, judge_tau_at_k, records.tau_at_k, what="histograms"),),
+    uses=(Q3,), answered_by=("specdec.sim.formulas:tau_from_positions",),
+)
+
+EXERCISES = (Q1, Q2, Q3, Q4, Q5, Q6, Q7, Q8, Q9)

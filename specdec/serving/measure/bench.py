@@ -24,7 +24,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from specdec.serving.measure.client import Client, ClientError
-from specdec.serving.measure.prompts import CATEGORIES, prompts
+from specdec.serving.measure.prompts import DEFAULT_CATEGORIES, prompts
 from specdec.serving.measure.records import RequestRecord, aggregate_acceptance, interval_accept_length
 
 SCHEMA = "specdec-bench/2"
@@ -43,7 +43,7 @@ class SweepConfig:
     untimed wave at each level first; repeats > 1 measures each run again and pools the repeats."""
 
     url: str
-    categories: tuple[str, ...] = CATEGORIES
+    categories: tuple[str, ...] = DEFAULT_CATEGORIES
     concurrency: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
     max_new_tokens: int = 128
     requests_per_run: int | None = None  # default: max(2 * concurrency, 8), so each run has two full waves

@@ -2,7 +2,10 @@
 
 predictable: counting, weekdays, months, letters (a draft should guess most tokens);
 code: openings of Python functions and classes in the style of the standard library;
-open: prose openings about Python and computing (the hardest to guess).
+open: prose openings about Python and computing (the hardest to guess);
+grounded: a passage, then the start of a copy of it (an edit or a quote: the answer repeats text that is in the
+prompt, where a drafter that looks the prompt up, NGRAM, has its niche). Built from the code and open prompts
+above, so every machine builds the same ones with nothing to download.
 """
 
 from __future__ import annotations
@@ -92,12 +95,30 @@ OPEN = [
     "When a function is called, its arguments are",
 ]
 
-PROMPTS: dict[str, list[str]] = {"predictable": _predictable(), "code": CODE, "open": OPEN}
+
+
+def _grounded() -> list[str]:
+    """A passage of two committed prompts, then a copy of it begun: the rest of the answer is in the prompt."""
+    out = []
+    for i, first in enumerate(CODE[:15]):
+        passage = (first + CODE[(i + 7) % len(CODE)]).rstrip()
+        out.append(f"{passage}\n\n# the same code, unchanged:\n{passage.splitlines()[0]}\n")
+    for i, first in enumerate(OPEN[:15]):
+        passage = f"{first} ... {OPEN[(i + 11) % len(OPEN)]} ..."
+        head = " ".join(passage.split()[:3])
+        out.append(f"Text: {passage}\nThe same text, quoted exactly: {head}")
+    return out
+
+
+PROMPTS: dict[str, list[str]] = {"predictable": _predictable(), "code": CODE, "open": OPEN, "grounded": _grounded()}
 CATEGORIES = tuple(PROMPTS)
+# what a sweep runs unless told: grounded is asked for by name (the lecture runs it apart), so that a default sweep
+# takes no longer than before it existed
+DEFAULT_CATEGORIES = ("predictable", "code", "open")
 
 
 def prompts(category: str) -> list[str]:
-    """The prompts of one category (predictable, code, open)."""
+    """The prompts of one category (predictable, code, open, grounded)."""
     if category not in PROMPTS:
         raise ValueError(f"unknown prompt category {category!r}; choose from {', '.join(CATEGORIES)}")
     return PROMPTS[category]

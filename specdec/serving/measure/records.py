@@ -20,6 +20,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from specdec.sim import stats
+from specdec.sim.formulas import tau_from_positions
 
 # Per-request speculative counters, newest name first: 0.5.12+ / the 0.5.12-0.5.22 aliases / 0.5.10.
 CORRECT_DRAFTS = ("spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num")
@@ -82,6 +83,19 @@ def conditional_acceptance_by_position(histogram: list[int]) -> list[float]:
     """P(position j accepted | position j-1 accepted): Lab 1's alpha per position (nan where none reached j-1)."""
     reach = [1.0] + acceptance_by_position(histogram)
     return [reach[j] / reach[j - 1] if reach[j - 1] > 0 else math.nan for j in range(1, len(reach))]
+
+
+def tau_at_k(histogram: list[int], new_k: int) -> float:
+    """Tokens per verify step predicted for a chain of new_k drafts from a server's histogram at k: each position's
+    own acceptance given the one before (Lab 1's tau_from_positions), up to new_k; beyond k, every further draft
+    accepted as often as draft k was given draft k-1 (0 where no step reached k-1)."""
+    if new_k < 1:
+        raise ValueError(f"new_k must be >= 1, got {new_k}")
+    alphas = [0.0 if math.isnan(a) else a for a in conditional_acceptance_by_position(histogram)]
+    if not alphas:
+        raise ValueError(f"a histogram of k >= 1 drafts is needed, got {histogram}")
+    alphas += [alphas[-1]] * (new_k - len(alphas))
+    return tau_from_positions(alphas[:new_k])
 
 
 def tau_from_histogram(histogram: list[int]) -> float:
