@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from specdec.decoder.bundle import ModelBundle
-from specdec.decoder.draft_modules import EagleHead, MTPHeads, MTPLayer
+from specdec.decoder.draft_modules import EagleHead, MTPHeads, MTPLayer, chained_soft_ce, soft_ce
 from specdec.decoder.engine import Engine
 from specdec.decoder.model import Transformer
 
@@ -50,11 +50,6 @@ def autocast(device: str):
     if device.startswith("cuda"):
         return torch.autocast("cuda", dtype=torch.bfloat16)
     return torch.autocast("cpu", enabled=False)
-
-
-def soft_ce(logits: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy against the teacher's distribution p (self-distillation)."""
-    return -(p * logits.float().log_softmax(-1)).sum(-1).mean()
 
 
 @dataclass
@@ -198,12 +193,11 @@ def draft_losses(target: Transformer, mtp: MTPLayer, heads: MTPHeads | None, eag
     teacher = probs[:, 1:]  # predicts x_{t+2} for t = 0..T-2
     greedy = t_logits[:, 1:].argmax(-1)
     # MTP layer (MiMo): token x_{t+1} embedded and normed, hidden normed, projected; chained.
-    mtp_losses = []
-    for d, g in enumerate(mtp_unrolled(mtp, h[:, :-1], ids[:, 1:], target.embed_tokens, len(mtp_weights)), 1):
-        m_logits = target.lm_head(g[:, d - 1:])
-        mtp_losses.append(mtp_weights[d - 1] * soft_ce(m_logits, teacher[:, d - 1:]))
-        agree["mtp" if d == 1 else f"mtp{d}"] = (m_logits.argmax(-1) == greedy[:, d - 1:]).float().mean().item()
-    out["mtp"] = torch.stack(mtp_losses).sum()
+    states = mtp_unrolled(mtp, h[:, :-1], ids[:, 1:], target.embed_tokens, len(mtp_weights))
+    depth_logits = [target.lm_head(g) for g in states]  # [B, T-1, V] per step
+    out["mtp"] = chained_soft_ce(depth_logits, teacher, mtp_weights)
+    for d, m_logits in enumerate(depth_logits, 1):  # step d has an anchor from position d - 1 on
+        agree["mtp" if d == 1 else f"mtp{d}"] = (m_logits[:, d - 1:].argmax(-1) == greedy[:, d - 1:]).float().mean().item()
     if eagle is not None:  # EAGLE: regress the next hidden state, and match the target's distribution.
         e = eagle(h[:, :-1], ids[:, 1:], pos, target.embed_tokens)
         e_logits = target.lm_head(e)
