@@ -35,6 +35,7 @@ _WHERE: dict[str, str] = {
     "soft_ce": "specdec.decoder.draft_modules:soft_ce",
     "chained_soft_ce": "specdec.decoder.draft_modules:chained_soft_ce",
     "mtp_unrolled": "specdec.zoo.train:mtp_unrolled",
+    "chain_acceptance": "specdec.zoo.train:chain_acceptance",
     "load_bundle": "specdec.zoo:load_bundle",
     "build_corpus": "specdec.zoo.corpus:build_corpus",
     # Lab 3: live servers, measured

@@ -309,3 +309,30 @@ def test_zoo_training_uses_the_library_loss():
     states = mtp_unrolled(mtp, h[:, :-1], ids[:, 1:], target.embed_tokens, len(weights))
     by_hand = sum(w * soft_ce(target.lm_head(g[:, d - 1:]), teacher[:, d - 1:]) for d, (g, w) in enumerate(zip(states, weights), 1))
     assert losses["mtp"].item() == pytest.approx(by_hand.item(), rel=1e-6)
+
+
+def test_chain_acceptance_counts_whole_chains():
+    """Position d counts an anchor only when drafts 1..d all equal the target's greedy tokens (a hand loop)."""
+    from specdec.decoder.draft_modules import MTPLayer
+    from specdec.decoder.model import ModelConfig, Transformer
+    from specdec.zoo.train import chain_acceptance, mtp_unrolled
+
+    torch.manual_seed(2)
+    cfg = ModelConfig(vocab_size=6, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                      num_key_value_heads=1, max_position_embeddings=64)
+    target, mtp = Transformer(cfg).eval(), MTPLayer(cfg).eval()
+    rows, first, depths = torch.randint(0, 6, (3, 20)), 4, 3
+    got = chain_acceptance(target, mtp, rows, first, depths, "cpu")
+    with torch.no_grad():
+        t_logits, h = target(rows)
+        states = mtp_unrolled(mtp, h[:, :-1], rows[:, 1:], target.embed_tokens, depths)
+        hits, n = [0] * depths, 0
+        for b in range(3):
+            for a in range(first, rows.shape[1] - 1 - depths):
+                n += 1
+                for d in range(1, depths + 1):
+                    if target.lm_head(states[d - 1][b, a + d - 1]).argmax() != t_logits[b, a + d].argmax():
+                        break
+                    hits[d - 1] += 1
+    assert got == [round(x / n, 4) for x in hits]
+    assert all(x >= y for x, y in zip(got, got[1:]))

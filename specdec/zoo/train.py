@@ -172,6 +172,30 @@ def mtp_unrolled(mtp: MTPLayer, hidden: torch.Tensor, next_ids: torch.Tensor, em
     return states
 
 
+@torch.no_grad()
+def chain_acceptance(target, mtp, rows: torch.Tensor, first: int, depths: int, device: str) -> list[float]:
+    """On rows the target wrote greedily from column `first` on: the fraction of anchors whose drafts
+    1..d all equal the target's greedy tokens, d = 1..depths (greedy decoding's acceptance by
+    position, taken over every anchor instead of the anchors a decode happens to visit)."""
+    mtp.eval()
+    hits = torch.zeros(depths)
+    count = 0
+    for i in range(0, len(rows), 16):
+        ids = rows[i:i + 16].to(device)
+        T = ids.shape[1] - 1
+        anchors = torch.arange(first, T - depths, device=ids.device)  # x_{a+1} and every answer are the target's
+        ok = torch.ones(len(ids), len(anchors), dtype=torch.bool, device=ids.device)
+        with autocast(device):
+            t_logits, h = target(ids)
+            greedy = t_logits.argmax(-1)  # greedy[:, p] is the target's choice for x_{p+1}
+            states = mtp_unrolled(mtp, h[:, :-1], ids[:, 1:], target.embed_tokens, depths)
+            for d, g in enumerate(states, 1):  # step d of the chain at anchor a sits at position a + d - 1
+                ok &= target.lm_head(g[:, anchors + d - 1]).argmax(-1) == greedy[:, anchors + d]
+                hits[d - 1] += ok.sum().item()
+        count += ok.numel()
+    return [round(x / count, 4) for x in hits.tolist()]
+
+
 def draft_losses(target: Transformer, mtp: MTPLayer, heads: MTPHeads | None, eagle: EagleHead | None,
                  x: torch.Tensor, mtp_weights: tuple[float, ...] = (1.0,)):
     """Losses and top-1 agreement with the target for the draft modules on one batch x [B, T+1].
