@@ -34,33 +34,9 @@ from specdec.decoder.draft_modules import MTPLayer
 from specdec.zoo.corpus import build_corpus
 from specdec.zoo.recipes import RECIPES
 from specdec.zoo.registry import PACKAGE_DIR
-from specdec.zoo.train import MixedBatches, autocast, generate_self_data, mtp_unrolled, token_stream, train_draft_modules
+from specdec.zoo.train import MixedBatches, chain_acceptance, generate_self_data, token_stream, train_draft_modules
 
 SCRIPT, LOG = "benchmarks/train_mtp_unrolled.py", "benchmarks/logs/train_mtp_unrolled.log"
-
-
-@torch.no_grad()
-def chain_acceptance(target, mtp, rows: torch.Tensor, first: int, depths: int, device: str) -> list[float]:
-    """On rows the target wrote greedily from column `first` on: the fraction of anchors whose drafts
-    1..d all equal the target's greedy tokens, d = 1..depths (greedy decoding's acceptance by
-    position, taken over every anchor instead of the anchors a decode happens to visit)."""
-    mtp.eval()
-    hits = torch.zeros(depths)
-    count = 0
-    for i in range(0, len(rows), 16):
-        ids = rows[i:i + 16].to(device)
-        T = ids.shape[1] - 1
-        anchors = torch.arange(first, T - depths, device=ids.device)  # x_{a+1} and every answer are the target's
-        ok = torch.ones(len(ids), len(anchors), dtype=torch.bool, device=ids.device)
-        with autocast(device):
-            t_logits, h = target(ids)
-            greedy = t_logits.argmax(-1)  # greedy[:, p] is the target's choice for x_{p+1}
-            states = mtp_unrolled(mtp, h[:, :-1], ids[:, 1:], target.embed_tokens, depths)
-            for d, g in enumerate(states, 1):  # step d of the chain at anchor a sits at position a + d - 1
-                ok &= target.lm_head(g[:, anchors + d - 1]).argmax(-1) == greedy[:, anchors + d]
-                hits[d - 1] += ok.sum().item()
-        count += ok.numel()
-    return [round(x / count, 4) for x in hits.tolist()]
 
 
 def summary(acc: list[float]) -> dict:

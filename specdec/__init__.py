@@ -31,6 +31,11 @@ _WHERE: dict[str, str] = {
     "EmulatedGraph": "specdec.decoder.cuda_graphs:EmulatedGraph",
     "memory_bound_run": "specdec.decoder.roofline:memory_bound_run",
     "oracle_run": "specdec.decoder.roofline:oracle_run",
+    "MTPLayer": "specdec.decoder.draft_modules:MTPLayer",
+    "soft_ce": "specdec.decoder.draft_modules:soft_ce",
+    "chained_soft_ce": "specdec.decoder.draft_modules:chained_soft_ce",
+    "mtp_unrolled": "specdec.zoo.train:mtp_unrolled",
+    "chain_acceptance": "specdec.zoo.train:chain_acceptance",
     "load_bundle": "specdec.zoo:load_bundle",
     "build_corpus": "specdec.zoo.corpus:build_corpus",
     # Lab 3: live servers, measured

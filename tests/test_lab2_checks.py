@@ -53,6 +53,13 @@ def choose_k(rate, k, c, k_max=8):
     return alpha, formulas.optimal_k(alpha, c, k_max)[0]
 
 
+def chained_loss(depth_logits, teacher_probs, weights):
+    total = torch.zeros(())
+    for d, (logits, w) in enumerate(zip(depth_logits, weights)):
+        total = total + w * -(teacher_probs[:, d:] * logits[:, d:].log_softmax(-1)).sum(-1).mean()
+    return total
+
+
 REFERENCE = {
     "lab2.q1": ("greedy_verify_batch", greedy_verify_batch),
     "lab2.q2": ("commit_step", commit_step),
@@ -60,6 +67,7 @@ REFERENCE = {
     "lab2.q4": ("speedup_of", speedup_of),
     "lab2.q5": ("predicted_speedup", predicted_speedup),
     "lab2.q6": ("choose_k", choose_k),
+    "lab2.q7": ("chained_loss", chained_loss),
 }
 
 
@@ -127,6 +135,43 @@ def choose_k_ignores_cost(rate, k, c, k_max=8):
     return lab2.alpha_from_rate(rate, k), k_max
 
 
+def step_losses(depth_logits, teacher_probs, anchored=True, hard=False, normalised=True, mean=True):
+    """Each step's loss, with one of the common mistakes switched on."""
+    out = []
+    for d, logits in enumerate(depth_logits):
+        start = d if anchored else 0
+        p, x = teacher_probs[:, start:], logits[:, start:]
+        if hard:
+            p = torch.nn.functional.one_hot(p.argmax(-1), p.shape[-1]).float()
+        ce = -(p * (x.log_softmax(-1) if normalised else x)).sum(-1)
+        out.append(ce.mean() if mean else ce.sum())
+    return out
+
+
+def chained_unweighted(depth_logits, teacher_probs, weights):
+    return sum(step_losses(depth_logits, teacher_probs))
+
+
+def chained_mean_over_steps(depth_logits, teacher_probs, weights):
+    return sum(w * x for w, x in zip(weights, step_losses(depth_logits, teacher_probs))) / len(weights)
+
+
+def chained_every_position(depth_logits, teacher_probs, weights):
+    return sum(w * x for w, x in zip(weights, step_losses(depth_logits, teacher_probs, anchored=False)))
+
+
+def chained_hard_labels(depth_logits, teacher_probs, weights):
+    return sum(w * x for w, x in zip(weights, step_losses(depth_logits, teacher_probs, hard=True)))
+
+
+def chained_raw_logits(depth_logits, teacher_probs, weights):
+    return sum(w * x for w, x in zip(weights, step_losses(depth_logits, teacher_probs, normalised=False)))
+
+
+def chained_summed_positions(depth_logits, teacher_probs, weights):
+    return sum(w * x for w, x in zip(weights, step_losses(depth_logits, teacher_probs, mean=False)))
+
+
 PLANTED = [
     ("lab2.q1", "greedy_verify_batch", greedy_counts_every_match),
     ("lab2.q1", "greedy_verify_batch", greedy_no_bonus),
@@ -141,6 +186,12 @@ PLANTED = [
     ("lab2.q5", "predicted_speedup", predicted_lab1_verify),
     ("lab2.q6", "choose_k", choose_k_rate_is_alpha),
     ("lab2.q6", "choose_k", choose_k_ignores_cost),
+    ("lab2.q7", "chained_loss", chained_unweighted),
+    ("lab2.q7", "chained_loss", chained_mean_over_steps),
+    ("lab2.q7", "chained_loss", chained_every_position),
+    ("lab2.q7", "chained_loss", chained_hard_labels),
+    ("lab2.q7", "chained_loss", chained_raw_logits),
+    ("lab2.q7", "chained_loss", chained_summed_positions),
 ]
 
 
@@ -151,8 +202,8 @@ def seeded(request):
 
 def test_exercise_list():
     exs = exercises_for_lab(2)
-    assert [e.id for e in exs] == [f"lab2.q{i}" for i in range(1, 7)]
-    assert [e.points for e in exs] == [2, 2, 2, 1, 1, 2]
+    assert [e.id for e in exs] == [f"lab2.q{i}" for i in range(1, 8)]
+    assert [e.points for e in exs] == [2, 2, 2, 1, 1, 2, 2]
 
 
 @pytest.mark.parametrize("ex_id", sorted(REFERENCE))
@@ -211,6 +262,35 @@ def test_partial_credit_and_hints(seeded):
     assert 0.5 <= res.score < 1 and "k_best" in res.message
 
 
+HINTS_Q7 = [  # (planted mistake, what the feedback names); each loses (almost) every chain
+    (chained_unweighted, "a plain sum drops them"),
+    (chained_mean_over_steps, "do not divide by the number of steps"),
+    (chained_every_position, "no anchor"),
+    (chained_hard_labels, "not its argmax"),
+    (chained_raw_logits, "log-softmax"),
+    (chained_summed_positions, "do not sum it"),
+]
+
+
+@pytest.mark.parametrize("fn,hint", HINTS_Q7, ids=[f.__name__ for f, _ in HINTS_Q7])
+def test_chained_loss_mistakes_are_named(fn, hint, seeded):
+    res = run_check(get_exercise("lab2.q7"), {"chained_loss": fn}, seed=seeded)
+    assert res.score <= 0.25 and hint in res.message, res.message
+
+
+def test_chained_loss_may_not_call_the_library():
+    """The reference lives where a student looks (specdec.chained_soft_ce): calling it, or its per-step
+    soft_ce, is no answer; the grader sees the call in the source."""
+    from specdec.grading.tampering import calls_reference
+
+    refs = get_exercise("lab2.q7").references()
+    assert {"specdec.decoder.draft_modules:chained_soft_ce", "specdec.decoder.draft_modules:soft_ce"} <= set(refs)
+    for body in ("return chained_soft_ce(depth_logits, teacher_probs, weights)",
+                 "return sum(w * soft_ce(x[:, d:], teacher_probs[:, d:]) for d, (x, w) in enumerate(zip(depth_logits, weights)))"):
+        cells = ["from specdec import chained_soft_ce, soft_ce", f"def chained_loss(depth_logits, teacher_probs, weights):\n    {body}"]
+        assert calls_reference(cells, "chained_loss", refs) is not None, body
+
+
 def test_wrong_return_types_get_clear_messages(seeded):
     res = run_check(get_exercise("lab2.q1"), {"greedy_verify_batch": lambda d, lg: lg.argmax(-1)}, seed=seeded)
     assert res.score == 0.0 and "(accepted [B], next_token [B])" in res.message
@@ -225,6 +305,8 @@ def test_wrong_return_types_get_clear_messages(seeded):
     assert res.score == 0.0 and "must return a number" in res.message
     res = run_check(get_exercise("lab2.q6"), {"choose_k": lambda rate, k, c, k_max=8: 3}, seed=seeded)
     assert res.score == 0.0 and "(alpha, k_best)" in res.message
+    res = run_check(get_exercise("lab2.q7"), {"chained_loss": lambda lg, p, w: [x.mean() for x in lg]}, seed=seeded)
+    assert res.score == 0.0 and "one number" in res.message
 
 
 def test_numpy_and_list_answers_are_accepted(seeded):

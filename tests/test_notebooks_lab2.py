@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LECTURE = ROOT / "notebooks" / "02_static_k_mtp.ipynb"
 SOLUTION = ROOT / "solutions" / "02_static_k_mtp.ipynb"
 BUDGET_S = 180  # the course's limit per Lab 2 notebook, in CPU seconds (a loaded machine does not change them)
-EXERCISES = [f"lab2.q{i}" for i in range(1, 7)]
+EXERCISES = [f"lab2.q{i}" for i in range(1, 8)]
 METHODS = ["mtp", "heads", "draft", "eagle", "ngram"]
 
 
@@ -65,7 +65,8 @@ def test_lecture_runs(tmp_path, inline_plots):
         assert re.search(rf"{m}\s+identical to plain decoding: True", out), m
     assert "oracle alpha 1.00" in out
     assert "No GPU on this machine" in out or "graphed" in out  # the CUDA-graph section says which
-    assert images_in(nb) >= 4  # acceptance by position, speed, predicted vs measured, oracle
+    assert images_in(nb) >= 5  # acceptance by position, the zoo's MTP layer trained two ways, speed, predicted vs measured, oracle
+    assert_zoo_training_read(out)
     assert_sampling_summary(out)
     assert_oracle_cut_by_budget(out)
     assert_gap_to_the_oracle_line(out)
@@ -74,11 +75,25 @@ def test_lecture_runs(tmp_path, inline_plots):
     assert re.search(r"this notebook ran on the CPU \d+% to \d+% of the wall time", out)  # how busy the machine was
     assert re.search(r"one plain step: \S+ ms now, \S+ ms in section 7", out)
     assert re.search(r"by rows computed: 1 rows \S+, 2 rows \S+, 3 rows \S+, 4 rows 1.00 of the cost at 4 rows", out)
-    # section 14 reads the committed H200 profile: the matmuls' share, and a verify step against a plain one
+    # section 15 reads the committed H200 profile: the matmuls' share, and a verify step against a plain one
     assert re.search(r"your guess for the matmuls' share: None; measured: 0\.\d\d \(\S+ ms, \S+x the floor\)", out), out
     assert re.search(r"a compiled verify of 4 positions \S+ ms = 1\.\d\d plain steps", out)
     assert re.search(r"later, with SiLU\(gate\) x up in a buffer of its own: the compiled step \d\.\d\d ms \(1\.\d\dx the floor\); "
                      r"SGLang on the same GPU: \d\.\d\d ms per token", out), out
+
+
+def assert_zoo_training_read(out):
+    """Section 8 reads both acceptance rows of the zoo's MTP layer from zoo.json, and which GPU ran what."""
+    import json
+
+    record = json.loads((ROOT / "specdec" / "zoo" / "tiny" / "zoo.json").read_text())["mtp_unrolled"]
+    rows = {name: [float(x) for x in row.split()]
+            for name, row in re.findall(r"^(teacher-forced|unrolled) {2,}([\d. ]+)$", out, re.MULTILINE)}
+    assert rows["teacher-forced"] == pytest.approx(record["candidates"]["shipped"]["acceptance_by_position"], abs=5e-4)
+    assert rows["unrolled"] == pytest.approx(record["candidates"][record["installed"]]["acceptance_by_position"], abs=5e-4)
+    assert f"steps on {record['device']}, which also measured both rows below" in out
+    assert re.search(r"first training \(teacher-forced, one step\): on NVIDIA \w+", out), out
+    assert re.search(r"position 4: 0\.\d{3} -> 0\.\d{3}; position 1: 0\.\d{3} -> 0\.\d{3}; the gain (grows|does not grow)", out)
 
 
 def assert_sampling_summary(out):
@@ -133,14 +148,27 @@ def test_solution_runs_with_full_marks(tmp_path, inline_plots):
     out = text_of(nb)
     for ex in EXERCISES:
         assert re.search(rf"{re.escape(ex)} \[PASS\]", out), f"{ex} did not pass:\n{out}"
-    assert "total: 10 / 10" in out
+    assert "total: 12 / 12" in out
     assert "every speculative output equals plain decoding: True" in out
     assert "your choose_k: alpha" in out
-    assert images_in(nb) >= 4
+    assert images_in(nb) >= 5
+    assert_tiny_training_ran(out, "your chained_loss")
     assert out.count("(agrees)") == 3 and "MISMATCH" not in out  # q2's See-it: the solution's cache is right
     assert re.search(r"on a batch of 1024 rows: yours \S+ ms; the reference \S+ ms batched, \S+ ms called row by row", out)
     assert_guesses_shown(out, len(METHODS) + 1)
     assert "measured best k = " in out
+
+
+def assert_tiny_training_ran(out, loss_name):
+    """Part F trained two tiny MTP layers with the named loss and printed both acceptance rows, and what they show."""
+    rows = dict(re.findall(r"^(teacher-forced|unrolled)\s+weights \[[\d., ]+\]\s+\d+\.\d s of CPU, final loss \d+\.\d+; "
+                           r"acceptance by position ((?:[01]\.\d{4} ?){4})$", out, re.MULTILINE))
+    assert set(rows) == {"teacher-forced", "unrolled"}, out
+    tf, un = ([float(x) for x in rows[n].split()] for n in ("teacher-forced", "unrolled"))
+    assert all(a >= b for a, b in zip(tf, tf[1:])) and all(a >= b for a, b in zip(un, un[1:]))  # chains only shrink
+    assert re.search(rf"20 steps of 8 x 32 tokens each with {re.escape(loss_name)}, \d+\.\d s of CPU", out), out
+    ahead = [i + 1 for i in range(4) if un[i] > tf[i]]
+    assert f"came out ahead at positions {ahead or 'none'} (position 4: {tf[-1]:.3f} -> {un[-1]:.3f})" in out
 
 
 @pytest.mark.slow
@@ -152,9 +180,10 @@ def test_untouched_lab_runs_to_the_end_with_zero(tmp_path):
     out = text_of(nb)
     for ex in EXERCISES:
         assert re.search(rf"{re.escape(ex)} \[FAIL\] 0/\d+ .*not implemented", out), f"{ex}:\n{out}"
-    assert "total: 0 / 10" in out
+    assert "total: 0 / 12" in out
     assert "not done yet" in out  # the worked cells fall back on the reference, and say so
     assert "your commit_step is not done yet" in out
+    assert_tiny_training_ran(out, "specdec.chained_soft_ce (your chained_loss: NotImplementedError)")
     assert_guesses_shown(out, len(METHODS) + 1)
 
 

@@ -267,3 +267,72 @@ def test_unrolled_mtp_losses_train_every_step():
     # the deeper steps add their losses to step 1's
     step1, _ = draft_losses(target, mtp, None, None, x, (1.0,))
     assert step1["mtp"].item() < losses["mtp"].item()
+
+
+def test_chained_soft_ce_against_a_hand_computation():
+    """Two steps over B=1, T=3, V=2: step 1 counts positions 0..2, step 2 only 1..2 (no chain anchored at -1)."""
+    import math
+
+    from specdec.decoder.draft_modules import chained_soft_ce, soft_ce
+
+    step1 = torch.tensor([[[0.0, 0.0], [math.log(3.0), 0.0], [0.0, math.log(3.0)]]])  # q = (1/2, 1/2), (3/4, 1/4), (1/4, 3/4)
+    step2 = torch.tensor([[[5.0, -5.0], [0.0, 0.0], [math.log(3.0), 0.0]]])  # position 0 must not count
+    teacher = torch.tensor([[[1.0, 0.0], [0.5, 0.5], [0.0, 1.0]]])
+    ce1 = [-math.log(1 / 2), -(0.5 * math.log(3 / 4) + 0.5 * math.log(1 / 4)), -math.log(3 / 4)]
+    ce2 = [-(0.5 * math.log(1 / 2) + 0.5 * math.log(1 / 2)), -math.log(1 / 4)]
+    want = 1.0 * sum(ce1) / 3 + 0.7 * sum(ce2) / 2
+    assert chained_soft_ce([step1, step2], teacher, [1.0, 0.7]).item() == pytest.approx(want, rel=1e-6)
+    assert soft_ce(step1, teacher).item() == pytest.approx(sum(ce1) / 3, rel=1e-6)
+    with pytest.raises(ValueError, match="2 depths of logits but 1 weights"):
+        chained_soft_ce([step1, step2], teacher, [1.0])
+
+
+def test_zoo_training_uses_the_library_loss():
+    """One implementation per rule: train.py's MTP loss is chained_soft_ce over the unrolled steps, the same
+    number as the loss written out step by step (as train.py computed it before the loss moved to the library)."""
+    from specdec.decoder import draft_modules
+    from specdec.decoder.draft_modules import MTPLayer, soft_ce
+    from specdec.decoder.model import ModelConfig, Transformer
+    from specdec.zoo import train
+    from specdec.zoo.train import draft_losses, mtp_unrolled
+
+    assert train.soft_ce is draft_modules.soft_ce and train.chained_soft_ce is draft_modules.chained_soft_ce
+    torch.manual_seed(1)
+    cfg = ModelConfig(vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                      num_key_value_heads=1, max_position_embeddings=64)
+    target, mtp = Transformer(cfg).eval().requires_grad_(False), MTPLayer(cfg)
+    x, weights = torch.randint(0, 40, (2, 13)), (1.0, 0.7, 0.49)
+    losses, _ = draft_losses(target, mtp, None, None, x, weights)
+    ids = x[:, :-1]
+    t_logits, h = target(ids)
+    teacher = t_logits.softmax(-1)[:, 1:]
+    states = mtp_unrolled(mtp, h[:, :-1], ids[:, 1:], target.embed_tokens, len(weights))
+    by_hand = sum(w * soft_ce(target.lm_head(g[:, d - 1:]), teacher[:, d - 1:]) for d, (g, w) in enumerate(zip(states, weights), 1))
+    assert losses["mtp"].item() == pytest.approx(by_hand.item(), rel=1e-6)
+
+
+def test_chain_acceptance_counts_whole_chains():
+    """Position d counts an anchor only when drafts 1..d all equal the target's greedy tokens (a hand loop)."""
+    from specdec.decoder.draft_modules import MTPLayer
+    from specdec.decoder.model import ModelConfig, Transformer
+    from specdec.zoo.train import chain_acceptance, mtp_unrolled
+
+    torch.manual_seed(2)
+    cfg = ModelConfig(vocab_size=6, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                      num_key_value_heads=1, max_position_embeddings=64)
+    target, mtp = Transformer(cfg).eval(), MTPLayer(cfg).eval()
+    rows, first, depths = torch.randint(0, 6, (3, 20)), 4, 3
+    got = chain_acceptance(target, mtp, rows, first, depths, "cpu")
+    with torch.no_grad():
+        t_logits, h = target(rows)
+        states = mtp_unrolled(mtp, h[:, :-1], rows[:, 1:], target.embed_tokens, depths)
+        hits, n = [0] * depths, 0
+        for b in range(3):
+            for a in range(first, rows.shape[1] - 1 - depths):
+                n += 1
+                for d in range(1, depths + 1):
+                    if target.lm_head(states[d - 1][b, a + d - 1]).argmax() != t_logits[b, a + d].argmax():
+                        break
+                    hits[d - 1] += 1
+    assert got == [round(x / n, 4) for x in hits]
+    assert all(x >= y for x, y in zip(got, got[1:]))

@@ -6,6 +6,8 @@ target's embedding and LM head, as SGLang does. Shapes: B batch, T positions, H 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -112,3 +114,29 @@ class MTPHeads(nn.Module):
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [..., H] -> states [..., k, H] (a residual SiLU MLP per head)."""
         return torch.stack([hidden + h["down"](F.silu(h["up"](hidden))) for h in self.heads], dim=-2)
+
+
+# --- how they are trained: self-distillation against the target's distributions ---------------------
+
+
+def soft_ce(logits: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of logits [..., V] against the teacher's distributions p [..., V], averaged over positions.
+
+    The label is the target's whole distribution, not its argmax: a draft is accepted for agreeing with
+    the target, and the soft label also says how sure the target was (self-distillation)."""
+    return -(p * logits.float().log_softmax(-1)).sum(-1).mean()
+
+
+def chained_soft_ce(depth_logits: Sequence[torch.Tensor], teacher: torch.Tensor,
+                    weights: Sequence[float]) -> torch.Tensor:
+    """The loss of a drafter chained over D = len(weights) draft steps, step d's soft_ce weighted by weights[d - 1].
+
+    depth_logits[d - 1] [B, T, V] holds step d at every position p: the chain anchored at p - d + 1, which
+    predicts the same token as teacher[:, p] [B, T, V]. A position p < d - 1 has no anchor at step d (the
+    chain would start before the text), so it is left out. The weights are used as given: any averaging
+    over depths (DeepSeek-V3's lambda / D) is in them."""
+    if len(depth_logits) != len(weights):
+        raise ValueError(f"{len(depth_logits)} depths of logits but {len(weights)} weights")
+    # step d (0-based here) starts at position d: the first anchor is position 0
+    return torch.stack([w * soft_ce(logits[:, d:], teacher[:, d:])
+                        for d, (logits, w) in enumerate(zip(depth_logits, weights))]).sum()

@@ -1,7 +1,7 @@
 """Lab 2's exercises (a static-k MTP decoder in PyTorch), declared as data: see exercise.py.
 
 Each calls the student's function on synthetic tensors and compares with specdec: greedy_accept,
-the KVCache's commit/rollback, AcceptanceStats and formulas. No model is loaded.
+the KVCache's commit/rollback, AcceptanceStats, formulas and the drafters' training loss. No model is loaded.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from specdec.decoder.draft_modules import chained_soft_ce, soft_ce
 from specdec.decoder.kv_cache import KVCache
 from specdec.decoder.verify import greedy_accept
 from specdec.grading.answers import as_numpy, close, number, pair, short, vector, whole_in
@@ -352,4 +353,77 @@ Q6 = Exercise(
     parts=(Part(rate_cases, judge_choice, reference_choice, what="measurements"),),
 )
 
-EXERCISES = (Q1, Q2, Q3, Q4, Q5, Q6)
+
+# --- q7: the loss of a chained drafter ----------------------------------------------------------------
+
+
+def chain_case(rng: np.random.Generator, D: int, kind: str) -> tuple[list[torch.Tensor], torch.Tensor, list[float]]:
+    """Logits of D draft steps [B, T, V] each, the teacher's distributions [B, T, V] and D weights."""
+    B, T, V = int(rng.integers(1, 4)), int(rng.integers(D + 1, D + 7)), int(rng.integers(4, 24))
+    logits = [torch.as_tensor(rng.normal(0, 2, (B, T, V)), dtype=torch.float32) + float(rng.normal(0, 3))
+              for _ in range(D)]  # the offset: logits are not log-probabilities
+    sharp = {"onehot": 50.0, "flat": 0.3}.get(kind, float(rng.uniform(0.5, 2.0)))
+    teacher = torch.as_tensor(rng.normal(0, sharp, (B, T, V)), dtype=torch.float32).softmax(-1)
+    weights = [1.0] if D == 1 else [round(float(w), 3) for w in rng.uniform(0.1, 1.5, D)]
+    if kind == "decay":
+        weights = [round(0.7 ** d, 3) for d in range(D)]
+    return logits, teacher, weights
+
+
+def chain_cases(rng: np.random.Generator) -> list[Case]:
+    kinds = [(1, "soft"), (4, "decay"), (3, "onehot"), (2, "flat")] + [(int(rng.integers(2, 6)), "soft") for _ in range(8)]
+    cases = []
+    for D, kind in kinds:
+        logits, teacher, weights = chain_case(rng, D, kind)
+        B, T, V = teacher.shape
+        cases.append(Case((logits, teacher, weights), shown=f"D={D} steps, B={B}, T={T}, V={V}, weights={weights}"))
+    return cases
+
+
+def chain_mistakes(logits: list[torch.Tensor], teacher: torch.Tensor, weights: list[float]) -> dict[str, float]:
+    """Losses that common mistakes give, with what each one forgot."""
+    D = len(weights)
+    plain = [soft_ce(x[:, d:], teacher[:, d:]).item() for d, x in enumerate(logits)]
+    every = [soft_ce(x, teacher).item() for x in logits]
+    hard = [torch.nn.functional.cross_entropy(x[:, d:].flatten(0, 1), teacher[:, d:].argmax(-1).flatten()).item()
+            for d, x in enumerate(logits)]
+    raw = [-(teacher[:, d:] * x[:, d:]).sum(-1).mean().item() for d, x in enumerate(logits)]
+    summed = [plain[d] * teacher[:, d:, 0].numel() for d in range(D)]
+    late = [soft_ce(x[:, d + 1:], teacher[:, d + 1:]).item() if d + 1 < x.shape[1] else 0.0 for d, x in enumerate(logits)]
+    ahead = [soft_ce(x[:, : x.shape[1] - d], teacher[:, d:]).item() for d, x in enumerate(logits)]
+    dot = lambda xs: sum(w * x for w, x in zip(weights, xs))  # noqa: E731
+    return {
+        "the weights multiply each step's loss: a plain sum drops them": sum(plain),
+        "the weights already say how much each step counts: do not divide by the number of steps": dot(plain) / D,
+        "the weights are used as given, not normalised to sum to 1": dot(plain) / sum(weights),
+        "weights[0] belongs to step 1, the first draft": dot(plain[::-1]),
+        "a position p < d - 1 has no anchor at step d: leave it out": dot(every),
+        "step d has anchors from position d - 1 on (step 1 from position 0)": dot(late),
+        "step d at position p predicts the same token as teacher[:, p]: no shift between them": dot(ahead),
+        "the labels are the teacher's whole distributions (soft), not its argmax": dot(hard),
+        "logits are not log-probabilities: normalise them (log-softmax) first": dot(raw),
+        "average each step's loss over its positions, do not sum it": dot(summed),
+    }
+
+
+def judge_chain(case: Case, got: Any, want: torch.Tensor) -> str | None:
+    if isinstance(got, torch.Tensor):
+        got = got.detach()
+    x = number(got)
+    if x is None:
+        raise WrongShape(f"chained_loss must return one number (a 0-d tensor or a float), got {short(got)}")
+    w = float(want)
+    if close(x, w, rel=1e-4, abs_=1e-5):
+        return None
+    hint = next((f" ({why})" for why, v in chain_mistakes(*case.args).items() if close(x, v, rel=1e-4, abs_=1e-5)), "")
+    return f"expected {w:.5f}, got {x:.5f}{hint}"
+
+
+Q7 = Exercise(
+    id="lab2.q7", points=2, title="the loss of a drafter chained over several draft steps", reads="chained_loss",
+    signature="(depth_logits, teacher_probs, weights)",
+    parts=(Part(chain_cases, judge_chain, chained_soft_ce, what="chains"),),
+    answered_by=("specdec.decoder.draft_modules:soft_ce",),  # the per-step loss is part of the answer
+)
+
+EXERCISES = (Q1, Q2, Q3, Q4, Q5, Q6, Q7)

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from specdec.decoder.bundle import ModelBundle
-from specdec.decoder.draft_modules import EagleHead, MTPHeads, MTPLayer
+from specdec.decoder.draft_modules import EagleHead, MTPHeads, MTPLayer, chained_soft_ce, soft_ce
 from specdec.decoder.engine import Engine
 from specdec.decoder.model import Transformer
 
@@ -50,11 +50,6 @@ def autocast(device: str):
     if device.startswith("cuda"):
         return torch.autocast("cuda", dtype=torch.bfloat16)
     return torch.autocast("cpu", enabled=False)
-
-
-def soft_ce(logits: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy against the teacher's distribution p (self-distillation)."""
-    return -(p * logits.float().log_softmax(-1)).sum(-1).mean()
 
 
 @dataclass
@@ -177,6 +172,30 @@ def mtp_unrolled(mtp: MTPLayer, hidden: torch.Tensor, next_ids: torch.Tensor, em
     return states
 
 
+@torch.no_grad()
+def chain_acceptance(target, mtp, rows: torch.Tensor, first: int, depths: int, device: str) -> list[float]:
+    """On rows the target wrote greedily from column `first` on: the fraction of anchors whose drafts
+    1..d all equal the target's greedy tokens, d = 1..depths (greedy decoding's acceptance by
+    position, taken over every anchor instead of the anchors a decode happens to visit)."""
+    mtp.eval()
+    hits = torch.zeros(depths)
+    count = 0
+    for i in range(0, len(rows), 16):
+        ids = rows[i:i + 16].to(device)
+        T = ids.shape[1] - 1
+        anchors = torch.arange(first, T - depths, device=ids.device)  # x_{a+1} and every answer are the target's
+        ok = torch.ones(len(ids), len(anchors), dtype=torch.bool, device=ids.device)
+        with autocast(device):
+            t_logits, h = target(ids)
+            greedy = t_logits.argmax(-1)  # greedy[:, p] is the target's choice for x_{p+1}
+            states = mtp_unrolled(mtp, h[:, :-1], ids[:, 1:], target.embed_tokens, depths)
+            for d, g in enumerate(states, 1):  # step d of the chain at anchor a sits at position a + d - 1
+                ok &= target.lm_head(g[:, anchors + d - 1]).argmax(-1) == greedy[:, anchors + d]
+                hits[d - 1] += ok.sum().item()
+        count += ok.numel()
+    return [round(x / count, 4) for x in hits.tolist()]
+
+
 def draft_losses(target: Transformer, mtp: MTPLayer, heads: MTPHeads | None, eagle: EagleHead | None,
                  x: torch.Tensor, mtp_weights: tuple[float, ...] = (1.0,)):
     """Losses and top-1 agreement with the target for the draft modules on one batch x [B, T+1].
@@ -198,12 +217,11 @@ def draft_losses(target: Transformer, mtp: MTPLayer, heads: MTPHeads | None, eag
     teacher = probs[:, 1:]  # predicts x_{t+2} for t = 0..T-2
     greedy = t_logits[:, 1:].argmax(-1)
     # MTP layer (MiMo): token x_{t+1} embedded and normed, hidden normed, projected; chained.
-    mtp_losses = []
-    for d, g in enumerate(mtp_unrolled(mtp, h[:, :-1], ids[:, 1:], target.embed_tokens, len(mtp_weights)), 1):
-        m_logits = target.lm_head(g[:, d - 1:])
-        mtp_losses.append(mtp_weights[d - 1] * soft_ce(m_logits, teacher[:, d - 1:]))
-        agree["mtp" if d == 1 else f"mtp{d}"] = (m_logits.argmax(-1) == greedy[:, d - 1:]).float().mean().item()
-    out["mtp"] = torch.stack(mtp_losses).sum()
+    states = mtp_unrolled(mtp, h[:, :-1], ids[:, 1:], target.embed_tokens, len(mtp_weights))
+    depth_logits = [target.lm_head(g) for g in states]  # [B, T-1, V] per step
+    out["mtp"] = chained_soft_ce(depth_logits, teacher, mtp_weights)
+    for d, m_logits in enumerate(depth_logits, 1):  # step d has an anchor from position d - 1 on
+        agree["mtp" if d == 1 else f"mtp{d}"] = (m_logits[:, d - 1:].argmax(-1) == greedy[:, d - 1:]).float().mean().item()
     if eagle is not None:  # EAGLE: regress the next hidden state, and match the target's distribution.
         e = eagle(h[:, :-1], ids[:, 1:], pos, target.embed_tokens)
         e_logits = target.lm_head(e)
