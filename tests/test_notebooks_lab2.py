@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LECTURE = ROOT / "notebooks" / "02_static_k_mtp.ipynb"
 SOLUTION = ROOT / "solutions" / "02_static_k_mtp.ipynb"
 BUDGET_S = 180  # the course's limit per Lab 2 notebook, in CPU seconds (a loaded machine does not change them)
-EXERCISES = [f"lab2.q{i}" for i in range(1, 7)]
+EXERCISES = ["lab2.q1", "lab2.q2", "lab2.q8", "lab2.q3", "lab2.q4", "lab2.q5", "lab2.q6"]  # in the notebook's order
 METHODS = ["mtp", "heads", "draft", "eagle", "ngram"]
 
 
@@ -70,6 +70,7 @@ def test_lecture_runs(tmp_path, inline_plots):
     assert_oracle_cut_by_budget(out)
     assert_gap_to_the_oracle_line(out)
     assert_guesses_shown(out, len(METHODS))
+    assert_grounded_measured(out)
     assert re.search(r"\d+ of 15 points below the diagonal", out)
     assert re.search(r"this notebook ran on the CPU \d+% to \d+% of the wall time", out)  # how busy the machine was
     assert re.search(r"one plain step: \S+ ms now, \S+ ms in section 7", out)
@@ -79,6 +80,16 @@ def test_lecture_runs(tmp_path, inline_plots):
     assert re.search(r"a compiled verify of 4 positions \S+ ms = 1\.\d\d plain steps", out)
     assert re.search(r"later, with SiLU\(gate\) x up in a buffer of its own: the compiled step \d\.\d\d ms \(1\.\d\dx the floor\); "
                      r"SGLang on the same GPU: \d\.\d\d ms per token", out), out
+
+
+def assert_grounded_measured(out):
+    """The input-grounded category ran: each proposer's tau on code next to grounded, and how much the target copied."""
+    rows = re.findall(r"^(\w+)\s+(\d+\.\d\d) -> (\d+\.\d\d)$", out, re.MULTILINE)
+    assert [r[0] for r in rows] == METHODS, out
+    assert re.search(r"completes a 4-gram of its prompt: \d+% of its tokens on code prompts, \d+% on grounded ones", out)
+    rose = re.search(r"tau rose from code to grounded for: (.*); the highest tau on grounded prompts: (\w+)", out)
+    assert rose and rose.group(2) in METHODS, out
+    assert rose.group(1) == (", ".join(m for m, code, grounded in rows if float(grounded) > float(code)) or "none")
 
 
 def assert_sampling_summary(out):
@@ -133,13 +144,18 @@ def test_solution_runs_with_full_marks(tmp_path, inline_plots):
     out = text_of(nb)
     for ex in EXERCISES:
         assert re.search(rf"{re.escape(ex)} \[PASS\]", out), f"{ex} did not pass:\n{out}"
-    assert "total: 10 / 10" in out
+    assert "total: 13 / 13" in out
+    # q8's See-it: the solution's verify_and_commit decodes the plain text, and its cache holds what the rows kept
+    assert "the same text as plain decoding: True" in out, out
+    m = re.search(r"cache lengths \[([\d, ]+)\], tokens each row has kept .* \[([\d, ]+)\]", out)
+    assert m and m.group(1) == m.group(2), out
     assert "every speculative output equals plain decoding: True" in out
     assert "your choose_k: alpha" in out
     assert images_in(nb) >= 4
     assert out.count("(agrees)") == 3 and "MISMATCH" not in out  # q2's See-it: the solution's cache is right
     assert re.search(r"on a batch of 1024 rows: yours \S+ ms; the reference \S+ ms batched, \S+ ms called row by row", out)
     assert_guesses_shown(out, len(METHODS) + 1)
+    assert_grounded_measured(out)
     assert "measured best k = " in out
 
 
@@ -152,10 +168,12 @@ def test_untouched_lab_runs_to_the_end_with_zero(tmp_path):
     out = text_of(nb)
     for ex in EXERCISES:
         assert re.search(rf"{re.escape(ex)} \[FAIL\] 0/\d+ .*not implemented", out), f"{ex}:\n{out}"
-    assert "total: 0 / 10" in out
+    assert "total: 0 / 13" in out
     assert "not done yet" in out  # the worked cells fall back on the reference, and say so
     assert "your commit_step is not done yet" in out
+    assert "your verify_and_commit is not done yet" in out
     assert_guesses_shown(out, len(METHODS) + 1)
+    assert_grounded_measured(out)  # with DecodeResult.stats in place of the stub
 
 
 @pytest.mark.slow
