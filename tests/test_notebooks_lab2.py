@@ -90,6 +90,9 @@ def assert_grounded_measured(out):
     rose = re.search(r"tau rose from code to grounded for: (.*); the highest tau on grounded prompts: (\w+)", out)
     assert rose and rose.group(2) in METHODS, out
     assert rose.group(1) == (", ".join(m for m, code, grounded in rows if float(grounded) > float(code)) or "none")
+    change = re.search(r"n-gram's tau changed by ([-+]\d+\.\d\d), the model-based proposers' by ([-+]\d+\.\d\d) to "
+                       r"([-+]\d+\.\d\d)", out)
+    assert change and float(change.group(2)) <= float(change.group(3)), out
 
 
 def assert_sampling_summary(out):
