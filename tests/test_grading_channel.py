@@ -88,7 +88,7 @@ def test_a_model_is_built_from_its_seed_only_where_the_grader_sends_it():
     assert isinstance(a, Transformer) and a is b  # one model per message: a call's cases share it
     mine = build_model(m)
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), mine.state_dict().values()))
-    with pytest.raises(BadMessage):
+    with pytest.raises(BadMessage, match="only data"):
         Decoder(enc.buffers).decode(tree)  # the grader reading a reply
     huge = {"model": [[["vocab_size", 10**9]], 0, 0.5]}
     with pytest.raises(BadMessage, match="malformed model"):
