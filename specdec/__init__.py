@@ -38,6 +38,7 @@ _WHERE: dict[str, str] = {
     "chain_acceptance": "specdec.zoo.train:chain_acceptance",
     "load_bundle": "specdec.zoo:load_bundle",
     "build_corpus": "specdec.zoo.corpus:build_corpus",
+    "grounded_prompts": "specdec.zoo.corpus:grounded_prompts",
     # Lab 3: live servers, measured
     "records": "specdec.serving.measure:records",
     "SweepConfig": "specdec.serving.measure.bench:SweepConfig",

@@ -72,6 +72,43 @@ def test_an_rng_is_sent_as_its_seed():
     assert isinstance(a, np.random.Generator) and a.random() == b.random() == np.random.default_rng(5).random()
 
 
+def test_a_model_is_built_from_its_seed_only_where_the_grader_sends_it():
+    """q8's tiny model travels as (config, seed): the kernel (models=True) builds the grader's weights, without
+    touching its global random state; a reply from the kernel may not make the grader build one, nor a big one."""
+    from specdec.decoder.model import Transformer
+    from specdec.grading.codec import Model, build_model
+
+    m = Model((("vocab_size", 16), ("hidden_size", 8), ("intermediate_size", 16), ("num_hidden_layers", 1),
+               ("num_attention_heads", 2), ("num_key_value_heads", 1)), seed=3)
+    enc = Encoder()
+    tree = enc.encode((m, m))
+    state = torch.random.get_rng_state()
+    a, b = Decoder(enc.buffers, models=True).decode(tree)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert isinstance(a, Transformer) and a is b  # one model per message: a call's cases share it
+    mine = build_model(m)
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), mine.state_dict().values()))
+    with pytest.raises(BadMessage, match="only data"):
+        Decoder(enc.buffers).decode(tree)  # the grader reading a reply
+    huge = {"model": [[["vocab_size", 10**9]], 0, 0.5]}
+    with pytest.raises(BadMessage, match="malformed model"):
+        Decoder([], models=True).decode(huge)
+
+
+def test_a_kv_cache_travels_as_its_tensors_and_lengths():
+    from specdec.decoder.kv_cache import KVCache
+
+    cache = KVCache(2, 3, 1, 4, 8)
+    cache.k[1][2, 0, 5] = 7.0
+    cache.lengths.copy_(torch.tensor([1, 6, 2]))
+    back = roundtrip(cache)
+    assert isinstance(back, KVCache) and back.max_len == 8 and back.batch == 3
+    assert torch.equal(back.lengths, cache.lengths) and all(torch.equal(x, y) for x, y in zip(back.k, cache.k))
+    assert torch.equal(back.positions(2), cache.positions(2))
+    cache.k = "gone"  # whatever a student leaves in it comes back as it is, for the judge to name
+    assert roundtrip(cache).k == "gone"
+
+
 class Mean(float):
     def __eq__(self, other):  # the classic: equal to anything
         return True

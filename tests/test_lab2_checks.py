@@ -58,6 +58,23 @@ def chained_loss(depth_logits, teacher_probs, weights):
     for d, (logits, w) in enumerate(zip(depth_logits, weights)):
         total = total + w * -(teacher_probs[:, d:] * logits[:, d:].log_softmax(-1)).sum(-1).mean()
     return total
+def verify_step(kept, shift: int = 0, name: str = "verify_and_commit"):
+    """A greedy verify step on a real cache that commits kept(accepted, k, done) slots per row, its block written
+    `shift` positions past each row's next ones (0 is right, and kept = pending + accepted drafts of running rows)."""
+
+    def step(target, cache, pending, drafts, done):
+        k = drafts.shape[1]
+        with torch.no_grad():
+            logits, _ = target(torch.cat([pending[:, None], drafts], 1), cache.positions(k + 1) + shift, cache)
+        accepted, next_token = greedy_accept(drafts, logits)
+        cache.commit(kept(accepted, k, done))
+        return accepted, next_token
+
+    step.__name__ = name
+    return step
+
+
+verify_and_commit = verify_step(lambda accepted, k, done: torch.where(done, 0, accepted + 1))
 
 
 REFERENCE = {
@@ -68,6 +85,7 @@ REFERENCE = {
     "lab2.q5": ("predicted_speedup", predicted_speedup),
     "lab2.q6": ("choose_k", choose_k),
     "lab2.q7": ("chained_loss", chained_loss),
+    "lab2.q8": ("verify_and_commit", verify_and_commit),
 }
 
 
@@ -170,6 +188,24 @@ def chained_raw_logits(depth_logits, teacher_probs, weights):
 
 def chained_summed_positions(depth_logits, teacher_probs, weights):
     return sum(w * x for w, x in zip(weights, step_losses(depth_logits, teacher_probs, mean=False)))
+# keeps the whole block: the rejected drafts' keys and values stay in the cache
+step_without_rollback = verify_step(lambda a, k, done: torch.where(done, 0, k + 1), name="step_without_rollback")
+# counts the next token as if it were in the cache already
+step_commits_one_too_many = verify_step(lambda a, k, done: torch.where(done, 0, a + 2), name="step_commits_one_too_many")
+# writes the block one position late, as if the pending token were in the cache already
+step_positions_one_late = verify_step(lambda a, k, done: torch.where(done, 0, a + 1), shift=1,
+                                      name="step_positions_one_late")
+step_moves_finished_rows = verify_step(lambda a, k, done: a + 1, name="step_moves_finished_rows")
+
+
+def step_bonus_one_early(target, cache, pending, drafts, done):
+    """Off by one at the bonus: after k acceptances, the argmax at block position k - 1 instead of k."""
+    k = drafts.shape[1]
+    logits, _ = target(torch.cat([pending[:, None], drafts], 1), cache.positions(k + 1), cache)
+    best = logits.argmax(-1)  # [B, k+1]
+    accepted = (drafts == best[:, :k]).int().cumprod(1).sum(1)
+    cache.commit(torch.where(done, 0, accepted + 1))
+    return accepted, best.gather(1, accepted.clamp(max=k - 1)[:, None])[:, 0]
 
 
 PLANTED = [
@@ -192,6 +228,11 @@ PLANTED = [
     ("lab2.q7", "chained_loss", chained_hard_labels),
     ("lab2.q7", "chained_loss", chained_raw_logits),
     ("lab2.q7", "chained_loss", chained_summed_positions),
+    ("lab2.q8", "verify_and_commit", step_without_rollback),
+    ("lab2.q8", "verify_and_commit", step_commits_one_too_many),
+    ("lab2.q8", "verify_and_commit", step_bonus_one_early),
+    ("lab2.q8", "verify_and_commit", step_positions_one_late),
+    ("lab2.q8", "verify_and_commit", step_moves_finished_rows),
 ]
 
 
@@ -202,8 +243,8 @@ def seeded(request):
 
 def test_exercise_list():
     exs = exercises_for_lab(2)
-    assert [e.id for e in exs] == [f"lab2.q{i}" for i in range(1, 8)]
-    assert [e.points for e in exs] == [2, 2, 2, 1, 1, 2, 2]
+    assert [e.id for e in exs] == [f"lab2.q{i}" for i in range(1, 9)]
+    assert [e.points for e in exs] == [2, 2, 2, 1, 1, 2, 2, 3]
 
 
 @pytest.mark.parametrize("ex_id", sorted(REFERENCE))
@@ -289,6 +330,61 @@ def test_chained_loss_may_not_call_the_library():
                  "return sum(w * soft_ce(x[:, d:], teacher_probs[:, d:]) for d, (x, w) in enumerate(zip(depth_logits, weights)))"):
         cells = ["from specdec import chained_soft_ce, soft_ce", f"def chained_loss(depth_logits, teacher_probs, weights):\n    {body}"]
         assert calls_reference(cells, "chained_loss", refs) is not None, body
+def test_verify_step_hints_name_the_mistake(seeded):
+    """Each planted q8 mistake loses points on the cache (or the values), and the feedback says which."""
+    ex = get_exercise("lab2.q8")
+    res = run_check(ex, {"verify_and_commit": step_without_rollback}, seed=seeded)
+    assert 0 < res.score < 1 and "roll back" in res.message, res.message
+    res = run_check(ex, {"verify_and_commit": step_commits_one_too_many}, seed=seeded)
+    assert res.score <= 1 / 3 + 1e-9 and "one slot too many" in res.message, res.message  # values right, cache wrong
+    res = run_check(ex, {"verify_and_commit": step_bonus_one_early}, seed=seeded)
+    assert 0 < res.score < 1 and "bonus" in res.message, res.message  # only rows that accept all k go wrong
+    res = run_check(ex, {"verify_and_commit": step_moves_finished_rows}, seed=seeded)
+    assert 0 < res.score < 1 and "rides along" in res.message, res.message
+    res = run_check(ex, {"verify_and_commit": step_positions_one_late}, seed=seeded)
+    assert res.score < 0.5, res.message
+
+
+def test_verify_step_checks_the_cache_itself():
+    """Right values with a cache left alone, or one whose kept slots hold other keys, lose the cache's points;
+    a step that raises, or answers in the wrong shape, scores 0 with a message that says what was expected."""
+    ex = get_exercise("lab2.q8")
+
+    def values_only(target, cache, pending, drafts, done):
+        k = drafts.shape[1]
+        probe = KVCache.for_model(target, len(pending), cache.max_len)  # a copy of its own: the real one stays put
+        probe.k, probe.v = [t.clone() for t in cache.k], [t.clone() for t in cache.v]
+        probe.lengths.copy_(cache.lengths)
+        logits, _ = target(torch.cat([pending[:, None], drafts], 1), probe.positions(k + 1), probe)
+        return greedy_accept(drafts, logits)
+
+    res = run_check(ex, {"verify_and_commit": values_only}, seed=0)
+    assert res.score < 0.5 and "cache lengths after the step" in res.message, res.message
+
+    def scribbles(target, cache, pending, drafts, done):
+        out = verify_and_commit(target, cache, pending, drafts, done)
+        cache.k[0][:, :, 0] += 1.0  # slot 0 is committed in every row
+        return out
+
+    res = run_check(ex, {"verify_and_commit": scribbles}, seed=0)
+    assert res.score < 1 and "differ from a fresh run" in res.message, res.message
+
+    def raises(target, cache, pending, drafts, done):
+        raise ValueError("shapes do not match")
+
+    res = run_check(ex, {"verify_and_commit": raises}, seed=0)
+    assert res.score == 0.0 and "raised ValueError: shapes do not match" in res.message
+    res = run_check(ex, {"verify_and_commit": lambda t, c, p, d, done: greedy_accept(d, torch.zeros(len(p), 3, 9))[0]},
+                    seed=0)
+    assert res.score == 0.0 and "(accepted [B], next_token [B])" in res.message, res.message
+
+    def rebuilt(target, cache, pending, drafts, done):
+        out = verify_and_commit(target, cache, pending, drafts, done)
+        cache.k = [t[:, :, :1] for t in cache.k]  # not the cache it was given any more
+        return out
+
+    res = run_check(ex, {"verify_and_commit": rebuilt}, seed=0)
+    assert res.score == 0.0 and "one tensor per layer" in res.message, res.message
 
 
 def test_wrong_return_types_get_clear_messages(seeded):

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LECTURE = ROOT / "notebooks" / "02_static_k_mtp.ipynb"
 SOLUTION = ROOT / "solutions" / "02_static_k_mtp.ipynb"
 BUDGET_S = 180  # the course's limit per Lab 2 notebook, in CPU seconds (a loaded machine does not change them)
-EXERCISES = [f"lab2.q{i}" for i in range(1, 8)]
+EXERCISES = ["lab2.q1", "lab2.q2", "lab2.q8", "lab2.q3", "lab2.q4", "lab2.q5", "lab2.q6", "lab2.q7"]  # in the notebook's order
 METHODS = ["mtp", "heads", "draft", "eagle", "ngram"]
 
 
@@ -71,6 +71,7 @@ def test_lecture_runs(tmp_path, inline_plots):
     assert_oracle_cut_by_budget(out)
     assert_gap_to_the_oracle_line(out)
     assert_guesses_shown(out, len(METHODS))
+    assert_grounded_measured(out)
     assert re.search(r"\d+ of 15 points below the diagonal", out)
     assert re.search(r"this notebook ran on the CPU \d+% to \d+% of the wall time", out)  # how busy the machine was
     assert re.search(r"one plain step: \S+ ms now, \S+ ms in section 7", out)
@@ -94,6 +95,17 @@ def assert_zoo_training_read(out):
     assert f"steps on {record['device']}, which also measured both rows below" in out
     assert re.search(r"first training \(teacher-forced, one step\): on NVIDIA \w+", out), out
     assert re.search(r"position 4: 0\.\d{3} -> 0\.\d{3}; position 1: 0\.\d{3} -> 0\.\d{3}; the gain (grows|does not grow)", out)
+def assert_grounded_measured(out):
+    """The input-grounded category ran: each proposer's tau on code next to grounded, and how much the target copied."""
+    rows = re.findall(r"^(\w+)\s+(\d+\.\d\d) -> (\d+\.\d\d)$", out, re.MULTILINE)
+    assert [r[0] for r in rows] == METHODS, out
+    assert re.search(r"completes a 4-gram of its prompt: \d+% of its tokens on code prompts, \d+% on grounded ones", out)
+    rose = re.search(r"tau rose from code to grounded for: (.*); the highest tau on grounded prompts: (\w+)", out)
+    assert rose and rose.group(2) in METHODS, out
+    assert rose.group(1) == (", ".join(m for m, code, grounded in rows if float(grounded) > float(code)) or "none")
+    change = re.search(r"n-gram's tau changed by ([-+]\d+\.\d\d), the model-based proposers' by ([-+]\d+\.\d\d) to "
+                       r"([-+]\d+\.\d\d)", out)
+    assert change and float(change.group(2)) <= float(change.group(3)), out
 
 
 def assert_sampling_summary(out):
@@ -148,7 +160,11 @@ def test_solution_runs_with_full_marks(tmp_path, inline_plots):
     out = text_of(nb)
     for ex in EXERCISES:
         assert re.search(rf"{re.escape(ex)} \[PASS\]", out), f"{ex} did not pass:\n{out}"
-    assert "total: 12 / 12" in out
+    assert "total: 15 / 15" in out
+    # q8's See-it: the solution's verify_and_commit decodes the plain text, and its cache holds what the rows kept
+    assert "the same text as plain decoding: True" in out, out
+    m = re.search(r"cache lengths \[([\d, ]+)\], tokens each row has kept .* \[([\d, ]+)\]", out)
+    assert m and m.group(1) == m.group(2), out
     assert "every speculative output equals plain decoding: True" in out
     assert "your choose_k: alpha" in out
     assert images_in(nb) >= 5
@@ -156,6 +172,7 @@ def test_solution_runs_with_full_marks(tmp_path, inline_plots):
     assert out.count("(agrees)") == 3 and "MISMATCH" not in out  # q2's See-it: the solution's cache is right
     assert re.search(r"on a batch of 1024 rows: yours \S+ ms; the reference \S+ ms batched, \S+ ms called row by row", out)
     assert_guesses_shown(out, len(METHODS) + 1)
+    assert_grounded_measured(out)
     assert "measured best k = " in out
 
 
@@ -180,11 +197,13 @@ def test_untouched_lab_runs_to_the_end_with_zero(tmp_path):
     out = text_of(nb)
     for ex in EXERCISES:
         assert re.search(rf"{re.escape(ex)} \[FAIL\] 0/\d+ .*not implemented", out), f"{ex}:\n{out}"
-    assert "total: 0 / 12" in out
     assert "not done yet" in out  # the worked cells fall back on the reference, and say so
     assert "your commit_step is not done yet" in out
     assert_tiny_training_ran(out, "specdec.chained_soft_ce (your chained_loss: NotImplementedError)")
+    assert "total: 0 / 15" in out
+    assert "your verify_and_commit is not done yet" in out
     assert_guesses_shown(out, len(METHODS) + 1)
+    assert_grounded_measured(out)  # with DecodeResult.stats in place of the stub
 
 
 @pytest.mark.slow

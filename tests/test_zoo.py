@@ -137,6 +137,28 @@ def test_corpus_is_deterministic():
     assert all(len(a.heldout[c]) > 0 for c in ("predictable", "code", "open-ended"))
 
 
+def test_grounded_prompts_hold_their_continuation():
+    """Lab 2's input-grounded category: deterministic, from held-out code only, the prompt ending in the edit
+    marker and the passage's first lines, and the continuation (the rest of the passage) already in the prompt."""
+    import random
+
+    from specdec.zoo.corpus import EDIT_MARKER, PROMPT_CATEGORIES, build_corpus, grounded_example, grounded_prompts
+
+    corpus = build_corpus(seed=0)
+    pairs = grounded_prompts(corpus, n=4)
+    assert pairs == grounded_prompts(build_corpus(seed=0), n=4) and len(pairs) == 4
+    assert pairs != grounded_prompts(corpus, n=4, seed=1)
+    assert PROMPT_CATEGORIES == ("predictable", "code", "open-ended", "grounded")
+    for prompt, continuation in pairs:
+        passage, _, again = prompt.partition(EDIT_MARKER)
+        assert again and passage.startswith(again) and passage.endswith(continuation.rstrip("\n"))
+        assert continuation.strip() and continuation.rstrip("\n") in prompt  # the answer is in the input
+        assert again.count("\n") == 2 and len(passage.splitlines()) == 12
+        assert any(passage in doc for doc in corpus.heldout["code"])  # held-out text, never trained on
+        assert not any(passage in doc for doc in corpus.train)
+    assert grounded_example("a\n\nb\n" * 10, random.Random(0)) is None  # no passage without blank lines
+
+
 # -- damaged zoos -------------------------------------------------------------------------------
 def specdec(*args, zoo_dir: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "SPECDEC_ZOO_DIR": str(zoo_dir), "HF_HUB_OFFLINE": "1"}

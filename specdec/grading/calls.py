@@ -164,9 +164,11 @@ class StandIns:
 
 
 def call_student(ns: dict[str, Any], name: str, cases: list[tuple], stand_ins: dict[str, str],
-                 enc: Encoder, watch: list[str] = ()) -> tuple[Reply, list[Any]]:
+                 enc: Encoder, watch: list[str] = (), echo: tuple[int, ...] = ()) -> tuple[Reply, list[Any]]:
     """Call ns[name](*args) for each case; return the reply and each result's encoded tree; note
-    whether the functions `watch` (the reference of the exercise) ran during the calls.
+    whether the functions `watch` (the reference of the exercise) ran during the calls. With `echo`
+    (indices of arguments), a result is (value, (args[i] after the call, ...)): what a function that
+    works in place (a KV cache's commit) left in its arguments.
 
     Stops at the first BaseException that is not an Exception (a time limit, an exit): the
     caller's time limit has to reach out of here."""
@@ -185,6 +187,8 @@ def call_student(ns: dict[str, Any], name: str, cases: list[tuple], stand_ins: d
             try:
                 with watching:
                     result = fn(*args)
+                if echo:
+                    result = (result, tuple(args[i] for i in echo if 0 <= i < len(args)))
                 trees.append(encode_result(enc, result, outcome))
             except Exception as exc:  # the student's code failed on this case
                 outcome.raised, outcome.raised_type = describe(exc), type(exc).__name__
@@ -214,15 +218,16 @@ class LocalCaller:
     def __init__(self, ns: dict[str, Any]):
         self.ns = ns
 
-    def call(self, name: str, cases: list[tuple], stand_ins: dict[str, str], watch: list[str] = ()) -> Reply:
+    def call(self, name: str, cases: list[tuple], stand_ins: dict[str, str], watch: list[str] = (),
+             echo: tuple[int, ...] = ()) -> Reply:
         """`watch` is left out: check() in a notebook does not look for wrappers of the reference (the grade does)."""
         copies: list[tuple] = []
         for args in cases:
             enc = Encoder()
             tree = enc.encode(tuple(args))
-            copies.append(Decoder(enc.buffers).decode(tree))
+            copies.append(Decoder(enc.buffers, models=True).decode(tree))
         enc = Encoder()
-        reply, trees = call_student(self.ns, name, copies, stand_ins, enc)
+        reply, trees = call_student(self.ns, name, copies, stand_ins, enc, echo=echo)
         decode = Decoder(enc.buffers).decode
         for outcome, tree in zip(reply.outcomes, trees):
             if outcome.raised is None and outcome.not_data is None:

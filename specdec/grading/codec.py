@@ -2,8 +2,10 @@
 
 A message is a 4-byte length, a JSON header, then the raw bytes of the arrays it holds. Values are
 None, bools, ints, floats, strings, lists, tuples, dicts, numpy arrays and scalars of numeric
-dtypes, torch tensors (sent as numpy; bfloat16 as float32) and, from the grader only, a seeded
-numpy Generator (`Rng`). Nothing is pickled: decoding never runs code, whatever the bytes.
+dtypes, torch tensors (sent as numpy; bfloat16 as float32), a KVCache (its tensors and lengths) and,
+from the grader only, a seeded numpy Generator (`Rng`) and a tiny random-weight model (`Model`, built
+only where the decoder is told it may: the kernel and check()). Nothing is pickled: decoding never runs
+code that the bytes choose, whatever they are.
 numpy and torch are imported only when a message holds one of theirs, so the grading command
 stays light until it grades.
 """
@@ -45,6 +47,32 @@ class Rng:
     seed: int
 
 
+@dataclass(frozen=True)
+class Model:
+    """Stands for a tiny Transformer with this config (a ModelConfig's fields) and weights drawn from
+    seed (normal, std: large enough for peaked, unambiguous argmaxes) in the arguments of a call."""
+
+    config: tuple  # ((field, value), ...): hashable, so the grader builds each model once
+    seed: int
+    std: float = 0.5
+
+
+MODEL_FIELDS = {"vocab_size": 512, "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 4,
+                "num_attention_heads": 8, "num_key_value_heads": 8, "max_position_embeddings": 512}  # at most
+
+
+def build_model(m: Model) -> Any:
+    """The Transformer a Model stands for: the same weights in every process (same torch), the caller's
+    global random state untouched, inference only."""
+    model_mod = importlib.import_module("specdec.decoder.model")
+    torch = _torch()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(m.seed)
+        model = model_mod.Transformer(model_mod.ModelConfig(**dict(m.config)))
+        model_mod.init_weights(model, m.std)
+    return model.eval().requires_grad_(False)
+
+
 def _np() -> Any:
     return importlib.import_module("numpy")
 
@@ -84,6 +112,12 @@ class Encoder:
             return {"dict": [[self.encode(k, depth + 1), self.encode(v, depth + 1)] for k, v in x.items()]}
         if t is Rng:
             return {"rng": int(x.seed)}
+        if t is Model:
+            return {"model": [[[str(k), int(v)] for k, v in x.config], int(x.seed), float(x.std)]}
+        kv = sys.modules.get("specdec.decoder.kv_cache")  # a KVCache can exist only if its module was imported
+        if kv is not None and t is kv.KVCache:  # its state, as data: what a student's step left in it
+            return {"kvcache": [self.encode(x.k, depth + 1), self.encode(x.v, depth + 1),
+                                self.encode(x.lengths, depth + 1), self.encode(x.max_len, depth + 1)]}
         np = sys.modules.get("numpy")  # a numpy array can exist only if numpy was imported
         if np is not None and isinstance(x, np.ndarray):
             return {"ndarray": self.array(np.asarray(x))}
@@ -103,8 +137,10 @@ class Encoder:
 class Decoder:
     """The inverse of Encoder, on bytes that may have been forged: every field is checked."""
 
-    def __init__(self, buffers: list[bytes]):
+    def __init__(self, buffers: list[bytes], models: bool = False):
         self.buffers = buffers
+        self.models = models  # may build a Model: only where the grader's arguments are read (never its replies)
+        self.built: dict[Model, Any] = {}  # one model per message: a call's cases share it
 
     def array(self, spec: Any) -> Any:
         if not (isinstance(spec, dict) and set(spec) == {"dtype", "shape", "buffer"}):
@@ -155,7 +191,39 @@ class Decoder:
             return _torch().from_numpy(self.array(body))
         if tag == "rng" and type(body) is int:
             return _np().random.default_rng(body)
+        if tag == "model":
+            if not self.models:  # a kernel's reply cannot make the grader build anything
+                raise BadMessage("a model where only data may come")
+            m = self.model(body)
+            if m not in self.built:
+                self.built[m] = build_model(m)
+            return self.built[m]
+        if tag == "kvcache" and type(body) is list and len(body) == 4:
+            return self.kvcache([self.decode(v, depth + 1) for v in body])
         raise BadMessage(f"an unknown tag {tag!r}")
+
+    @staticmethod
+    def model(body: Any) -> Model:
+        """A Model's fields, bounded: even the grader's arguments build nothing big."""
+        ok = (type(body) is list and len(body) == 3 and type(body[0]) is list and type(body[1]) is int
+              and type(body[2]) is float and 0 < body[2] < 10
+              and all(type(kv) is list and len(kv) == 2 and kv[0] in MODEL_FIELDS and type(kv[1]) is int
+                      and 0 < kv[1] <= MODEL_FIELDS[kv[0]] for kv in body[0]))
+        if not ok:
+            raise BadMessage("a malformed model")
+        return Model(tuple((k, v) for k, v in body[0]), body[1], body[2])
+
+    @staticmethod
+    def kvcache(parts: list[Any]) -> Any:
+        """A KVCache holding what was sent, as sent: its judge checks shapes and values (and says what is wrong)."""
+        cache = object.__new__(importlib.import_module("specdec.decoder.kv_cache").KVCache)
+        cache.k, cache.v, cache.lengths, cache.max_len = parts
+        try:
+            cache.batch = len(cache.lengths)
+        except TypeError:  # not a vector: the judge says so
+            cache.batch = None
+        cache.span = None
+        return cache
 
 
 def pack(header: dict[str, Any], buffers: list[bytes] = ()) -> bytes:

@@ -23,9 +23,12 @@ How to add an exercise to lab N:
 
    `cases` gets a numpy Generator seeded from the exercise id and the notebook's code, so that one
    notebook always gets the same grade. Arguments must be data: None, bools, numbers, strings,
-   lists, tuples, dicts (a /generate response record is one), numpy arrays, torch tensors, and
-   Rng(seed) for a fresh np.random.Generator. The reference is called after the student's
-   answers are in, on the grader's own copies of the arguments.
+   lists, tuples, dicts (a /generate response record is one), numpy arrays, torch tensors,
+   Rng(seed) for a fresh np.random.Generator, Model(config, seed) for a tiny random-weight
+   Transformer (built alike in the kernel) and a KVCache. The reference is called after the student's
+   answers are in, on the grader's own copies of the arguments. A function that works in place
+   (a verify step that commits into its cache) declares Part(echo=(index,)): its judge then gets
+   (value, (that argument as the function left it,)).
    A judge returns None when the answer is right, a string saying what is wrong, or a list with
    one entry per value it checks (None or a string each: partial credit). It raises WrongShape
    when the answer has the wrong type or shape: the exercise then scores zero with that message.
@@ -88,10 +91,13 @@ class Part:
     weight: float = 1.0
     name: str = ""  # prefix of its feedback when the exercise has several parts
     reads: str | None = None  # another of the student's functions than the exercise's
+    # indices of arguments the function changes in place (a KVCache): the judge gets (value, (those args after,))
+    echo: tuple[int, ...] = ()
 
 
 class Caller(Protocol):
-    def call(self, name: str, cases: list[tuple], stand_ins: dict[str, str], watch: list[str] = ()) -> Reply: ...
+    def call(self, name: str, cases: list[tuple], stand_ins: dict[str, str], watch: list[str] = (),
+             echo: tuple[int, ...] = ()) -> Reply: ...
 
 
 def path_of(fn: Any) -> str | None:
@@ -215,7 +221,8 @@ def grade(ex: Exercise, caller: Caller, seed: int) -> CheckResult:
             name = part.reads or ex.reads
             signature = ex.signature if name == ex.reads else "(...)"
             cases = part.cases(rng)
-            reply = caller.call(name, [c.args for c in cases], stand_ins, ex.references())
+            echo = {"echo": part.echo} if part.echo else {}  # callers that never echo need not know the word
+            reply = caller.call(name, [c.args for c in cases], stand_ins, ex.references(), **echo)
             refused = refusal(name, signature, reply)
             if refused:
                 return CheckResult(0.0, refused)

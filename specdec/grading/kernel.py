@@ -109,13 +109,15 @@ def run_cell(shell: Any, source: str, seconds: float, wall: float | None = None)
 
 def call(shell: Any, msg: dict[str, Any], buffers: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
     """Call the student's function on each case of the request, under the request's time limit."""
-    decode = Decoder(buffers).decode
+    decode = Decoder(buffers, models=True).decode  # the grader's arguments: a Model is built here
     cases = [decode(tree) for tree in msg["cases"]]
+    echo = tuple(i for i in msg.get("echo", []) if type(i) is int)
     enc = Encoder()
     restore_stdio()
     try:
         with time_limit(msg["timeout"], msg.get("wall")):
-            reply, trees = call_student(shell.user_ns, msg["name"], cases, msg["stand_ins"], enc, msg.get("watch", []))
+            reply, trees = call_student(shell.user_ns, msg["name"], cases, msg["stand_ins"], enc, msg.get("watch", []),
+                                        echo)
     finally:
         limits.disarm()
     outcomes = []

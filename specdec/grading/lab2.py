@@ -1,11 +1,14 @@
 """Lab 2's exercises (a static-k MTP decoder in PyTorch), declared as data: see exercise.py.
 
 Each calls the student's function on synthetic tensors and compares with specdec: greedy_accept,
-the KVCache's commit/rollback, AcceptanceStats, formulas and the drafters' training loss. No model is loaded.
+the KVCache's commit/rollback, AcceptanceStats, formulas and the drafters' training loss. No checkpoint is loaded: q8's verify step
+runs on a tiny random-weight model (codec.Model), built alike in the grader and in the kernel.
 """
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -14,7 +17,9 @@ import torch
 from specdec.decoder.draft_modules import chained_soft_ce, soft_ce
 from specdec.decoder.kv_cache import KVCache
 from specdec.decoder.verify import greedy_accept
+from specdec.decoder.model import Transformer
 from specdec.grading.answers import as_numpy, close, number, pair, short, vector, whole_in
+from specdec.grading.codec import Model, build_model
 from specdec.grading.exercise import Case, Exercise, Part, WrongShape
 from specdec.sim import formulas, stats
 
@@ -46,15 +51,19 @@ def verify_cases(rng: np.random.Generator) -> list[Case]:
     return cases
 
 
+def accepted_and_next(case: Case, got: Any, name: str, B: int) -> tuple[np.ndarray, np.ndarray]:
+    """The answer (accepted [B], next_token [B]) as two integer vectors; WrongShape, naming the case, if it is not."""
+    answer = pair(got, name, "(accepted [B], next_token [B])")
+    try:
+        return vector(answer[0], B, "accepted", integer=True), vector(answer[1], B, "next_token", integer=True)
+    except WrongShape as exc:
+        raise WrongShape(f"{case.shown}: {exc}") from None
+
+
 def judge_verify(case: Case, got: Any, want: tuple[torch.Tensor, torch.Tensor]) -> str | None:
     draft, logits = case.args
     B, k = draft.shape
-    answer = pair(got, "greedy_verify_batch", "(accepted [B], next_token [B])")
-    try:
-        n = vector(answer[0], B, "accepted", integer=True)
-        t = vector(answer[1], B, "next_token", integer=True)
-    except WrongShape as exc:
-        raise WrongShape(f"{case.shown}: {exc}") from None
+    n, t = accepted_and_next(case, got, "greedy_verify_batch", B)
     want_n, want_t = (w.numpy() for w in want)
     if np.array_equal(n, want_n) and np.array_equal(t, want_t):
         return None
@@ -426,4 +435,220 @@ Q7 = Exercise(
     answered_by=("specdec.decoder.draft_modules:soft_ce",),  # the per-step loss is part of the answer
 )
 
-EXERCISES = (Q1, Q2, Q3, Q4, Q5, Q6, Q7)
+# --- q8: a verify step on a real KV cache -----------------------------------------------------------
+
+TINY = (("vocab_size", 64), ("hidden_size", 32), ("intermediate_size", 64), ("num_hidden_layers", 2),
+        ("num_attention_heads", 4), ("num_key_value_heads", 2), ("max_position_embeddings", 128))
+CONTINUE = 4  # plain greedy steps after the step: from the student's cache and from a fresh one
+SPARE = 3  # slots past what a right step needs, so that a step that keeps too much still fits
+
+
+def one_thread(fn):
+    """Run fn with torch on one thread: the tiny model's matrices are too small to share out, and on a busy
+    machine threads that wait for each other cost seconds of CPU time per batch instead of milliseconds."""
+
+    @functools.wraps(fn)
+    def wrapped(*args, **kw):
+        before = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return fn(*args, **kw)
+        finally:
+            torch.set_num_threads(before)
+
+    return wrapped
+
+
+@functools.lru_cache(maxsize=8)
+def tiny_target(m: Model) -> Transformer:
+    """The grader's copy of the model a case names (the kernel builds its own from the same seed)."""
+    return build_model(m)
+
+
+def clone_cache(cache: KVCache) -> KVCache:
+    copy = cache.rows(0, cache.batch)
+    copy.k, copy.v = [t.clone() for t in cache.k], [t.clone() for t in cache.v]
+    copy.lengths = cache.lengths.clone()
+    return copy
+
+
+@torch.no_grad()
+def greedy_run(model: Transformer, cache: KVCache, first: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Plain greedy decoding: feed each row's token first [B], then what it emits.
+    -> n tokens [B, n] and the logits they were read from [B, n, V]."""
+    out, seen, cur = [], [], first
+    for _ in range(n):
+        logits, _ = model(cur[:, None], cache.positions(1), cache)  # [B, 1, V]
+        cache.commit(1, check=False)  # sized by the caller
+        cur = logits[:, 0].argmax(-1)
+        out.append(cur)
+        seen.append(logits[:, 0])
+    return torch.stack(out, 1), torch.stack(seen, 1)
+
+
+@torch.no_grad()
+def prefilled(model: Transformer, rows: list[list[int]], max_len: int) -> KVCache:
+    """A fresh cache holding exactly the KV of each row's tokens (one forward per row, no padding)."""
+    cache = KVCache.for_model(model, len(rows), max_len)
+    for b, ids in enumerate(rows):
+        row = cache.rows(b, b + 1)
+        if ids:
+            model(torch.tensor([ids]), torch.arange(len(ids))[None], row)
+            row.commit(len(ids), check=False)
+    return cache
+
+
+@dataclass(frozen=True)
+class StepCase(Case):
+    prompts: tuple = ()  # each row's tokens in the cache: what a fresh cache is rebuilt from
+
+
+def step_case(rng: np.random.Generator, m: Model, kind: str) -> StepCase:
+    """A batch after its prefill: the prompts' KV committed, each row's pending token (the target's greedy
+    next token), and k drafts per row that follow the target's own greedy text up to a planted mistake."""
+    model = tiny_target(m)
+    V = model.config.vocab_size
+    B, k = int(rng.integers(2, 5)), int(rng.integers(1, 6))
+    lens = rng.integers(2, 12, B)
+    prompts = [rng.integers(0, V, int(n)).tolist() for n in lens]
+    cache = prefilled(model, prompts, int(lens.max()) + k + 1 + CONTINUE + SPARE)
+    with torch.no_grad():
+        pending = torch.stack([model(torch.tensor([p]))[0][0, -1].argmax() for p in prompts])  # [B]
+    truth, _ = greedy_run(model, clone_cache(cache), pending, k)  # [B, k]: what the target says after pending
+    drafts = truth.clone()
+    done = torch.zeros(B, dtype=torch.bool)
+    for b in range(B):
+        # mixed: row 0 rejects somewhere, so that no mixed batch is all-accepted by chance
+        n = {"all": k, "none": 0}.get(kind, int(rng.integers(0, k if b == 0 else k + 1)))
+        if n < k:
+            drafts[b, n] = (truth[b, n] + int(rng.integers(1, V))) % V  # the first wrong draft
+    if kind == "finished":
+        done[int(rng.integers(B))] = True
+    shown = f"B={B}, k={k}, cache lengths {lens.tolist()}, done={done.int().tolist()}"
+    return StepCase((m, cache, pending, drafts, done), shown=shown, tag=kind, prompts=tuple(prompts))
+
+
+@one_thread
+def step_cases(rng: np.random.Generator) -> list[Case]:
+    m = Model(TINY, int(rng.integers(2**31)))
+    kinds = ["all", "none", "mixed", "finished", "mixed", "finished", "mixed", "all"]
+    return [step_case(rng, m, kind) for kind in kinds]
+
+
+@one_thread
+@torch.no_grad()
+def reference_verify_and_commit(target: Model, cache: KVCache, pending: torch.Tensor, drafts: torch.Tensor,
+                                done: torch.Tensor):
+    """One greedy verify step: [pending, d1..dk] at each row's next k+1 positions (provisional KV), then
+    commit the pending token and the accepted drafts of running rows. -> (accepted, next_token, cache after)."""
+    model, cache = tiny_target(target), clone_cache(cache)
+    k = drafts.shape[1]
+    logits, _ = model(torch.cat([pending[:, None], drafts], 1), cache.positions(k + 1), cache)
+    accepted, next_token = greedy_accept(drafts, logits)
+    cache.commit(torch.where(done, 0, accepted + 1), check=False)
+    return accepted, next_token, cache
+
+
+def cache_after(case: StepCase, echoed: Any) -> KVCache:
+    """The student's cache as it came back, checked to be the cache it was given (same tensors' shapes)."""
+    given = case.args[1]
+    cache = echoed[0] if isinstance(echoed, tuple) and len(echoed) == 1 else None
+    if not isinstance(cache, KVCache):
+        raise WrongShape("the cache did not come back as a KVCache")
+    what = "the cache's k and v must stay lists of one tensor per layer, each of shape [B, nkv, S, D] = "
+    shape = tuple(given.k[0].shape)
+    for name in ("k", "v"):
+        ts = getattr(cache, name)
+        if not (isinstance(ts, list) and len(ts) == len(given.k)
+                and all(isinstance(t, torch.Tensor) and tuple(t.shape) == shape and t.is_floating_point() for t in ts)):
+            raise WrongShape(f"{what}{shape}: change them only through the model's forward (it writes there)")
+    lengths = cache.lengths
+    if not (isinstance(lengths, torch.Tensor) and tuple(lengths.shape) == (given.batch,)
+            and not lengths.is_floating_point() and lengths.dtype != torch.bool):
+        raise WrongShape(f"cache.lengths must stay an integer tensor of shape [B] = ({given.batch},), got "
+                         f"{short(lengths)}: move it with cache.commit / cache.rollback")
+    cache.lengths, cache.max_len = lengths.long(), given.max_len
+    cache.k, cache.v = [t.float() for t in cache.k], [t.float() for t in cache.v]
+    return cache
+
+
+def length_hint(new: np.ndarray, old: np.ndarray, accepted: np.ndarray, k: int, done: np.ndarray) -> str:
+    """What a row's wrong length after the step says about the mistake (lengths [B] before and after)."""
+    running = ~done
+    if np.array_equal(new[running], (old + k + 1)[running]) and not (accepted[running] == k).all():
+        return " (every slot of the block was kept: roll back what was not accepted)"
+    if np.array_equal(new[running], (old + accepted + 2)[running]):
+        return (" (one slot too many: the target's own next token has no KV in the cache yet, it is the next step's "
+                "pending token)")
+    if np.array_equal(new[running], (old + accepted)[running]):
+        return " (the block starts with the pending token: its slot is kept too, so accepted + 1)"
+    if np.array_equal(new[running], (old + accepted + 1)[running]) and not np.array_equal(new[done], old[done]):
+        return " (a finished row rides along: its length does not move)"
+    return ""
+
+
+@one_thread
+def judge_step(case: StepCase, got: Any, want: tuple) -> list[str | None]:
+    m, given, pending, drafts, done = case.args
+    B, k = drafts.shape
+    if not (isinstance(got, tuple) and len(got) == 2):  # (the function's value, (the cache after,)): the echo
+        raise WrongShape("the grader did not get the cache back")
+    value, echoed = got
+    n, t = accepted_and_next(case, value, "verify_and_commit", B)
+    cache = cache_after(case, echoed)
+    want_n, want_t, want_cache = want
+    running = ~done.numpy()
+    step_why = cache_why = lossless_why = None
+    wn, wt = want_n.numpy(), want_t.numpy()
+    if not (np.array_equal(n[running], wn[running]) and np.array_equal(t[running], wt[running])):
+        b = int(np.flatnonzero(running & ((n != wn) | (t != wt)))[0])
+        hint = ""
+        if n[b] == wn[b] and wn[b] == k:
+            hint = " (all k accepted: the next token is the bonus, the target's argmax at the block's last position)"
+        elif n[b] == wn[b]:
+            hint = " (the next token is the target's argmax at block position `accepted`, right after the kept drafts)"
+        step_why = (f"row {b}: expected accepted={wn[b]}, next_token={wt[b]}; got {n[b]}, {t[b]}{hint}")
+    # the cache: the same lengths as the reference's, and the KV of exactly the committed tokens
+    old, new, want_len = given.lengths.numpy(), cache.lengths.numpy(), want_cache.lengths.numpy()
+    kept = [list(case.prompts[b]) + ([int(pending[b])] + drafts[b, : wn[b]].tolist() if running[b] else [])
+            for b in range(B)]
+    fresh = prefilled(tiny_target(m), kept, given.max_len)
+    if not np.array_equal(new, want_len):
+        cache_why = (f"cache lengths after the step expected {want_len.tolist()} (were {old.tolist()}, accepted "
+                     f"{wn.tolist()}), got {new.tolist()}{length_hint(new, old, wn, k, ~running)}")
+    else:
+        for b in range(B):
+            L = int(want_len[b])
+            same = all(torch.allclose(mine[b, :, :L], ref[b, :, :L], atol=1e-4, rtol=1e-4)
+                       for mine, ref in zip(cache.k + cache.v, fresh.k + fresh.v))
+            if not same:
+                cache_why = (f"row {b}: the cache's keys and values in slots 0..{L - 1} differ from a fresh run "
+                             "over the row's committed tokens (write the block at the row's next k + 1 positions, "
+                             "cache.positions(k + 1), through the target's forward)")
+                break
+    # lossless: plain greedy decoding goes on from your cache exactly as from the fresh one
+    first = torch.where(done, pending, want_t)  # a finished row still has its pending token
+    if bool((cache.lengths < 0).any()) or int(cache.lengths.max()) + CONTINUE > given.max_len:
+        lossless_why = f"decoding cannot go on from cache lengths {new.tolist()} (the cache holds {given.max_len} slots)"
+    else:
+        (mine, mine_logits), (ref, ref_logits) = (greedy_run(tiny_target(m), c, first, CONTINUE) for c in (cache, fresh))
+        # the same tokens, read from the same logits: a tiny random model's argmax hardly looks at its context,
+        # so stale keys in the cache may leave the tokens alone while they change the distribution
+        differ = (mine != ref).any(1) | ~torch.isclose(mine_logits, ref_logits, atol=1e-3, rtol=1e-3).all(-1).all(-1)
+        if bool(differ.any()):
+            b = int(torch.nonzero(differ)[0, 0])
+            lossless_why = (f"not lossless: plain decoding from your cache continues row {b} with {mine[b].tolist()}, "
+                            f"from a cache of its committed tokens with {ref[b].tolist()}"
+                            + (" (the same tokens, from other logits)" if torch.equal(mine[b], ref[b]) else ""))
+    return [step_why, cache_why, lossless_why]
+
+
+Q8 = Exercise(
+    id="lab2.q8", points=3, title="a verify step on a real KV cache: verify, commit, roll back",
+    reads="verify_and_commit",
+    signature="(target, cache, pending, drafts, done)",
+    parts=(Part(step_cases, judge_step, reference_verify_and_commit, what="batches on a tiny random model", echo=(1,)),),
+    uses=(Q1,),  # step.verify is not named as an answer: the word `verify` in a student's code would look like one
+)
+
+EXERCISES = (Q1, Q2, Q3, Q4, Q5, Q6, Q7, Q8)

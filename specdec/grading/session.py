@@ -359,10 +359,12 @@ class KernelCaller:
     def __init__(self, kernel: Kernel, seconds: float):
         self.kernel, self.seconds = kernel, seconds
 
-    def call(self, name: str, cases: list[tuple], stand_ins: dict[str, str], watch: list[str] = ()) -> Reply:
+    def call(self, name: str, cases: list[tuple], stand_ins: dict[str, str], watch: list[str] = (),
+             echo: tuple[int, ...] = ()) -> Reply:
         enc = Encoder()
         trees = [enc.encode(tuple(args)) for args in cases]
-        header = {"op": "call", "name": name, "cases": trees, "stand_ins": stand_ins, "watch": list(watch)}
+        header = {"op": "call", "name": name, "cases": trees, "stand_ins": stand_ins, "watch": list(watch),
+                  "echo": list(echo)}
         try:
             msg, buffers = self.kernel.request(header, enc.buffers, self.seconds)
             self.kernel.spent(isinstance(msg.get("stopped"), str) and msg["stopped"].startswith("timed out"))

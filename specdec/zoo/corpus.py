@@ -4,7 +4,10 @@
   split into train and held-out by a hash of each module's path;
 - prose: the Python reference docs shipped as `pydoc_data.topics`, split the same way by topic;
 - predictable: generated counting, alphabets, weekdays and months, from a seed.
-The held-out parts give the three prompt categories of the labs: predictable, code, open-ended.
+The held-out parts give the three categories the zoo is trained and evaluated on: predictable, code,
+open-ended. Lab 2 adds a fourth prompt category, grounded: a held-out code passage, an edit marker, then the
+passage again, so that the continuation copies text of the prompt (summarising or editing a document does
+that; n-gram prompt lookup drafts exactly there). It is built from the held-out code, not trained on.
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ EXCLUDED_DIRS = {"test", "tests", "idle_test", "idlelib", "site-packages", "dist
 MAX_FILE_BYTES = 200_000  # a few huge generated modules would dominate a small corpus
 HELDOUT_PERCENT = 8
 CATEGORIES = ("predictable", "code", "open-ended")
+GROUNDED = "grounded"
+PROMPT_CATEGORIES = CATEGORIES + (GROUNDED,)  # Lab 2's prompt categories
+EDIT_MARKER = "\n# --- the lines above, after the edit ---\n"  # ends the passage; the copy starts after it
 
 
 def is_heldout(name: str) -> bool:
@@ -134,3 +140,33 @@ def build_corpus(seed: int = 0, max_code_bytes: int | None = None, predictable_d
     rng_eval = random.Random(seed + 1_000_003)  # held-out predictable text: same generator, other seed
     corpus.heldout["predictable"] = [predictable_text(rng_eval) for _ in range(200)]
     return corpus
+
+
+def grounded_example(doc: str, rng: random.Random, lines: int = 12, shown: int = 2) -> tuple[str, str] | None:
+    """An input-grounded prompt from one document: `lines` lines of it from a random line, the edit marker,
+    then the first `shown` of those lines again. -> (prompt, continuation: the rest of the passage, which the
+    prompt already holds), or None when the document has no passage of substantial, non-blank lines."""
+    all_lines = doc.splitlines(keepends=True)
+    starts = [i for i in range(len(all_lines) - lines)
+              if all(ln.strip() for ln in all_lines[i:i + lines]) and sum(map(len, all_lines[i:i + lines])) >= 200]
+    if not starts:
+        return None
+    i = rng.choice(starts)
+    passage = all_lines[i:i + lines]
+    body = "".join(passage).rstrip("\n")
+    return body + EDIT_MARKER + "".join(passage[:shown]), "".join(passage[shown:])
+
+
+def grounded_prompts(corpus: Corpus, n: int = 4, seed: int = 0, lines: int = 12,
+                     shown: int = 2) -> list[tuple[str, str]]:
+    """n input-grounded (prompt, continuation) pairs from the held-out code, one per document, seeded:
+    the same pairs on every machine with the same Python (no download)."""
+    rng = random.Random(seed)
+    out = []
+    for doc in rng.sample(corpus.heldout["code"], len(corpus.heldout["code"])):
+        example = grounded_example(doc, rng, lines, shown)
+        if example is not None:
+            out.append(example)
+        if len(out) == n:
+            return out
+    raise ValueError(f"only {len(out)} held-out code documents have a passage of {lines} non-blank lines")
