@@ -1,4 +1,4 @@
-"""Loading the zoo's models (torch): `load_bundle` and `resolve`, which specdec.zoo hands out when first asked for."""
+"""Loading the zoo's models (torch): `load_bundle`, which specdec.zoo hands out when first asked for."""
 
 from __future__ import annotations
 
@@ -6,20 +6,10 @@ import torch
 
 from specdec.decoder import bundle as core
 from specdec.decoder.bundle import ModelBundle, ModelNotFound
-from specdec.zoo.registry import ZooError, find_zoo, known_zoos, rebuild_hint, zoo_parts
+from specdec.zoo.registry import find_zoo, known_zoos, rebuild_hint, resolve
 from specdec.zoo.tokenizer import ZooTokenizer
 
-__all__ = ["load_bundle", "resolve"]
-
-
-def resolve(spec: str) -> dict | str:
-    """A zoo name -> {part: directory}; anything else is returned as it is (a directory, a hub id)."""
-    if find_zoo(spec) is None:
-        return spec
-    try:
-        return dict(zoo_parts(spec))
-    except ZooError as exc:
-        raise ModelNotFound(str(exc)) from None
+__all__ = ["load_bundle"]
 
 
 def load_bundle(spec: str, parts: tuple[str, ...] = core.PARTS, device="cpu", dtype=torch.float32,

@@ -6,6 +6,7 @@ import json
 import os
 from pathlib import Path
 
+from specdec.decoder.paths import ModelNotFound
 from specdec.zoo.recipes import RECIPES
 
 PACKAGE_DIR = Path(__file__).resolve().parent  # the shipped zoo: specdec/zoo/tiny
@@ -88,3 +89,13 @@ def read_meta(d: Path) -> dict:
         return json.loads(f.read_text())
     except json.JSONDecodeError as exc:
         raise ZooError(f"corrupted {f}: {exc}; {rebuild_hint(d.name)}") from None
+
+
+def resolve(spec: str) -> dict | str:
+    """A zoo name -> {part: directory}; anything else is returned as it is (a directory, a hub id)."""
+    if find_zoo(spec) is None:
+        return spec
+    try:
+        return dict(zoo_parts(spec))
+    except ZooError as exc:
+        raise ModelNotFound(str(exc)) from None
