@@ -121,14 +121,15 @@ def assert_where_it_pays(out):
     assert float(rows[-1][4]) < float(rows[-1][2]) < int(ridge.group(2))  # long context: the KV keeps it low
 
 
-@pytest.mark.slow
-def test_solution_runs_with_full_marks(tmp_path, inline_plots):
-    nb, seconds = execute(nbformat.read(SOLUTION, as_version=4), tmp_path)
+def assert_solution_ran(nb, seconds: float) -> None:
+    """The solution scored full marks and its live parts measured. It runs once per test run, in
+    tests/test_room.py, on a room's servers as a class runs it (the lecture and the untouched lab start
+    their own servers and stop them: that path is theirs)."""
     assert seconds < BUDGET_S
     out = text_of(nb)
     for ex in EXERCISES:
         assert re.search(rf"{re.escape(ex)} \[PASS\]", out), f"{ex} did not pass:\n{out}"
-    assert "total: 16 / 16" in out and "servers still running: none (of the 2 this notebook started)" in out
+    assert "total: 16 / 16" in out
     assert "speculative: concurrency 8 measured (4/4 levels" in out and "both sweeps:" in out
     assert re.search(r"speculative outputs equal the plain ones on \d of 4 prompts", out), out  # q7's parity
     assert re.search(r"crossover predicted: (\d+|None) measured: (\d+|None)", out), out  # q8 on the sweep

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import requests
 from test_launch_lifecycle import STANDIN
+from test_notebooks_lab3 import assert_solution_ran
 from test_launch_lifecycle import standin as standin_command
 
 import specdec.cli.room as verb
@@ -304,7 +305,7 @@ def test_lab_servers_take_the_rooms_and_start_only_what_is_missing():
 
 
 @pytest.mark.slow
-def test_lab_3_runs_on_a_two_student_room_and_leaves_the_room_running(tmp_path):
+def test_lab_3_runs_on_a_two_student_room_and_leaves_the_room_running(tmp_path, inline_plots):
     """The CI run of a class: `specdec room` as a script starts it (SIGINT ignored), student 1 pastes their line
     and runs the Lab 3 notebook (the solution, so that it scores), the room keeps serving, and Ctrl-C in the
     room's terminal stops it all. (SIGTERM is `specdec room --stop`'s, tested with the room of four; SIGHUP in
@@ -334,10 +335,12 @@ def test_lab_3_runs_on_a_two_student_room_and_leaves_the_room_running(tmp_path):
         for k, v in env.items():
             mp.setenv(k, v)  # as the student's shell would hand them to Jupyter's kernel
         try:
-            nb, _ = execute(nbformat.read(ROOT / "solutions" / "03_sglang_live.ipynb", as_version=4), tmp_path, timeout=240)
+            nb, seconds = execute(nbformat.read(ROOT / "solutions" / "03_sglang_live.ipynb", as_version=4), tmp_path,
+                                  timeout=240)
         finally:
             mp.undo()
         text = text_of(nb)
+        assert_solution_ran(nb, seconds)  # the solution's own test: full marks, the live parts measured
         assert f"using the room's servers at plain {env[ENV_URL]}, speculative {env[ENV_SPEC_URL]}" in text, text
         assert "started our own" not in text and "total: 16 / 16" in text
         assert "servers still running: none (of the 0 this notebook started)" in text
