@@ -30,12 +30,6 @@ def execute(nb: nbformat.NotebookNode, cwd: Path, timeout: int) -> tuple[nbforma
     return nb, children_cpu_seconds() - before
 
 
-def untagged_only(nb: nbformat.NotebookNode, tag: str = "live") -> nbformat.NotebookNode:
-    """The notebook without its cells tagged `tag` (what a grader that skips live cells runs)."""
-    nb.cells = [c for c in nb.cells if tag not in c.metadata.get("tags", [])]
-    return nb
-
-
 def text_of(nb: nbformat.NotebookNode) -> str:
     return "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
 

@@ -31,6 +31,16 @@ def test_solution_scores_full_marks(graded):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("which", ["solution", "lab"])
+def test_the_untagged_cells_run_without_the_live_ones(graded, which):
+    """What the grader runs is every cell not tagged live: each ran without error (no name that only a live
+    cell defines) and started no server."""
+    out = graded[which]["output"]
+    assert "Not run while grading" in out and "tagged `live`" in out, out
+    assert "Problems while running" not in out and "started our own" not in out, out
+
+
+@pytest.mark.slow
 def test_generated_lab_scores_zero(graded):
     doc = graded["lab"]
     assert doc["max_score"] == 16 and doc["score"] == 0.0, [t for t in doc["tests"] if t["score"] > 0]

@@ -18,7 +18,6 @@ from notebook_tools import (
 )
 from notebook_tools import execute as run_notebook
 from notebook_tools import untouched_lab as lab_of
-from notebook_tools import untagged_only
 
 ROOT = Path(__file__).resolve().parents[1]
 LECTURE = ROOT / "notebooks" / "03_sglang_live.ipynb"
@@ -172,13 +171,3 @@ def test_cells_that_need_a_server_are_tagged_live_and_graded_ones_are_not(path):
 
 def test_the_lab_keeps_the_live_tags():
     assert tags(LAB) == tags(SOLUTION) and ["live"] in tags(LAB)
-
-
-@pytest.mark.parametrize("path", [SOLUTION, LAB], ids=["solution", "lab"])
-def test_the_untagged_cells_run_without_the_live_ones(path, tmp_path):
-    """What a grader that skips the live cells runs: every untagged cell, without error (no name that only a
-    live cell defines), and no server started."""
-    nb, seconds = execute(untagged_only(nbformat.read(path, as_version=4)), tmp_path)
-    out = text_of(nb)
-    assert ("total: 16 / 16" if path == SOLUTION else "total: 0 / 16") in out
-    assert "started our own" not in out and seconds < 120
