@@ -10,7 +10,7 @@ for nb in notebooks/0{1,2,3}_*.ipynb solutions/0{1,2,3}_*.ipynb labs/0{1,2,3}_*.
   name=$(echo "$nb" | tr / _)
   cp "$nb" "$out/$name"
   echo "== $nb  before: $(cut -d' ' -f1-3 /proc/loadavg)"
-  PYTHONPATH=$PWD MPLBACKEND=Agg .venv/bin/python -m specdec execute "$out/$name" 2>&1 | grep -E "code cells run in|rror" | sed "s|$out/||"
+  PYTHONPATH=$PWD MPLBACKEND=Agg .venv/bin/python -m specdec execute "$out/$name" 2>&1 | grep -E "code cells run in|Traceback" | sed -E "s|$out/||; s|; executed copy: .*||"
   echo "   after: $(cut -d' ' -f1-3 /proc/loadavg)"
 done
 rm -rf "$out"
