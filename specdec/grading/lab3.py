@@ -456,10 +456,6 @@ Q7 = Exercise(
 # --- q8: the crossover predicted from measured step times ------------------------------------------
 
 
-def reference_predicted_crossover(levels, tau, k, plain_step_s, verify_step_s, draft_step_s):
-    return compare.predicted_crossover(levels, tau, k, plain_step_s, verify_step_s, draft_step_s)
-
-
 def step_time_cases(rng: np.random.Generator) -> list[Case]:
     """Step times shaped like a roofline: a floor (reading the weights) and a part that grows with the batch,
     k + 1 positions per request in a verify step; the drafter's time per drafted token grows too."""
@@ -526,7 +522,7 @@ def judge_predicted_crossover(case: Case, got: Any, want) -> list[str | None]:
 Q8 = Exercise(
     id="lab3.q8", points=4, title="the crossover predicted from measured step times", reads="predicted_crossover",
     signature="(levels, tau, k, plain_step_s, verify_step_s, draft_step_s)",
-    parts=(Part(step_time_cases, judge_predicted_crossover, reference_predicted_crossover, what="sets of step times"),),
+    parts=(Part(step_time_cases, judge_predicted_crossover, compare.predicted_crossover, what="sets of step times"),),
     answered_by=("specdec.serving.measure.compare:predicted_crossover", "specdec.sim.formulas:speedup_from_costs",
                  "specdec.serving.measure.compare:first_level_not_paying"),
 )
