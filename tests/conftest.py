@@ -176,9 +176,9 @@ def pytest_itemcollected(item):
 # out first, longest first, so that no worker starts a two-minute notebook while the other has run out of work.
 LONGEST = {
     "tests/test_notebooks_lab3.py::test_lecture_runs": 77, "tests/test_notebooks_lab2.py::test_lecture_runs": 64,
-    "tests/test_room.py::test_lab_3_runs": 58, "tests/test_notebooks_lab2.py::test_untouched_lab": 53,
+    "tests/test_room.py::test_lab_3_runs": 58, "tests/test_notebooks_lab2.py::test_untouched_lab": 15,
     "tests/test_notebooks_lab2.py::test_solution_runs": 51, "tests/test_grading_attacks.py": 45,
-    "tests/test_notebooks_lab3.py::test_untouched_lab": 36, "tests/test_tour.py::test_tour_prints": 27,
+    "tests/test_notebooks_lab3.py::test_untouched_lab": 15, "tests/test_tour.py::test_tour_prints": 27,
     "lab3_class": 25, "tests/test_launch_lifecycle.py::test_ten_start": 20,
     "tests/test_gpu_floor.py::test_the_floor_benchmark_runs": 18, "tests/test_grading_load.py": 12,
     "tests/test_zoo.py::test_eval_writes": 12, "tests/test_grade_lab2.py": 12, "tests/test_grading.py": 10,

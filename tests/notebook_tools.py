@@ -38,6 +38,18 @@ def images_in(nb: nbformat.NotebookNode) -> int:
     return sum("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
 
 
+def shrunk(nb: nbformat.NotebookNode, sizes: dict[str, str]) -> nbformat.NotebookNode:
+    """The notebook with its demonstrations made smaller: each key, a whole line of one code cell (the sizes:
+    tokens, repeats, steps), replaced by its value. For a run that checks what a notebook does, not what it
+    measures (the untouched lab: its demonstrations are the solution's, which run at full size); a line that is
+    missing or found twice fails, so that the notebook and the test cannot drift apart silently."""
+    for old, new in sizes.items():
+        hits = [c for c in nb.cells if c.cell_type == "code" and old in c.source.splitlines()]
+        assert len(hits) == 1, f"{len(hits)} cells have the line {old!r}"
+        hits[0].source = "\n".join(new if line == old else line for line in hits[0].source.splitlines())
+    return nb
+
+
 def untouched_lab(solution: Path) -> nbformat.NotebookNode:
     """The student notebook, as `specdec labs` generates it from the solution."""
     from specdec.grading.labgen import lab_text
