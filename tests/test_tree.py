@@ -22,16 +22,17 @@ TREES = {
 @pytest.mark.parametrize("name", TREES)
 def test_formula_matches_monte_carlo(name):
     tree = TREES[name]
-    accepted = tree.simulate(100_000, np.random.default_rng(0))
+    accepted, last = tree.simulate(100_000, np.random.default_rng(0))
     se = accepted.std() / np.sqrt(accepted.size)
     assert abs(accepted.mean() - tree.expected_accepted()) < 4 * se, (accepted.mean(), tree.expected_accepted())
     assert accepted.max() <= tree.depth
+    assert np.array_equal(accepted, [len(tree.path_to(n)) for n in last])
 
 
 def test_monte_carlo_rejects_siblings_counted_as_independent():
     """The test can fail: the accepts summed with no product over the path, far outside the interval."""
     tree = TREES["lopsided"]
-    accepted = tree.simulate(100_000, np.random.default_rng(1))
+    accepted, _ = tree.simulate(100_000, np.random.default_rng(1))
     se = accepted.std() / np.sqrt(accepted.size)
     assert abs(accepted.mean() - sum(tree.accept)) > 20 * se
 

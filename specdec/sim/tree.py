@@ -115,9 +115,18 @@ class DraftTree:
         """Expected tokens per verify step: accepted drafts + 1."""
         return self.expected_accepted() + 1.0
 
-    def simulate(self, steps: int, rng: np.random.Generator) -> np.ndarray:
-        """Monte Carlo of greedy verification: accepted drafts (steps,). At each node one uniform picks the
-        child whose slice of [0, 1) it falls in (children in order, each slice as wide as its accept), or none."""
+    def path_to(self, node: int) -> list[int]:
+        """The nodes from the root's child down to `node` (none for -1, the root)."""
+        path = []
+        while node >= 0:
+            path.append(node)
+            node = self.parents[node]
+        return path[::-1]
+
+    def simulate(self, steps: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """Monte Carlo of greedy verification: (accepted drafts (steps,), the last accepted node, -1 for none).
+        At each node one uniform picks the child whose slice of [0, 1) it falls in (children in order, each
+        slice as wide as its accept), or none."""
         n = self.size
         children = [[] for _ in range(n + 1)]  # row 0: the root's children, row i + 1: node i's
         for i, p in enumerate(self.parents):
@@ -135,8 +144,8 @@ class DraftTree:
             picked = child[row, (cum[row] <= u[:, None]).sum(1)]  # the first slice whose end is past u
             alive &= picked >= 0
             accepted += alive
-            row = np.where(alive, picked + 1, 0)
-        return accepted
+            row = np.where(alive, picked + 1, row)
+        return accepted, row - 1
 
 
 def tree_speedup(tree: DraftTree, c: float, v: float) -> float:
