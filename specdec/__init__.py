@@ -14,10 +14,14 @@ __version__ = "0.1.0"
 
 _WHERE: dict[str, str] = {
     # Lab 1: the draft/verify loop, simulated (numpy): modules of formulas, Monte Carlo and the verify rules
+    # (one candidate per position or several), and draft trees
     "formulas": "specdec.sim:formulas",
     "montecarlo": "specdec.sim:montecarlo",
     "verify": "specdec.sim:verify",
     "chi_square_test": "specdec.sim.stats:chi_square_test",
+    "DraftTree": "specdec.sim.tree:DraftTree",
+    "tree_speedup": "specdec.sim.tree:tree_speedup",
+    "tree_pays": "specdec.sim.tree:tree_pays",
     # Lab 2: the decoder (torch)
     "Engine": "specdec.decoder.engine:Engine",
     "SamplingParams": "specdec.decoder.engine:SamplingParams",

@@ -23,7 +23,7 @@ import attacks  # noqa: E402
 LAB = REPO / "labs" / "01_simulated_loop.ipynb"
 SOLUTION = REPO / "solutions" / "01_simulated_loop.ipynb"
 CELL_S, WALL_FACTOR = 5, 2  # the batch's --cell-timeout (CPU seconds) and --wall-factor
-LAB1 = {f"lab1.q{i}": p for i, p in enumerate([1, 1, 3, 1, 1, 1, 1, 2, 2, 3], 1)}
+LAB1 = {f"lab1.q{i}": p for i, p in enumerate([1, 1, 3, 1, 1, 1, 1, 2, 2, 3, 2, 2], 1)}
 
 
 def with_cells(src: Path, out: Path, cells: dict[int, str]) -> Path:
@@ -100,7 +100,7 @@ def graded(tmp_path_factory) -> dict:
 def test_an_attack_from_the_notebook_scores_nothing(graded, name):
     entry = graded["entries"][name]
     assert set(scores(entry).values()) == {0.0}, entry
-    assert entry["max_score"] == 16.0
+    assert entry["max_score"] == 20.0
 
 
 @pytest.mark.parametrize("name, words", [
@@ -127,7 +127,7 @@ def test_forged_replies_are_read_as_answers_of_the_student_and_judged(graded):
 def test_the_grader_writes_its_results_after_the_kernel_is_gone(graded):
     """The results_file attack wrote full marks into --json and --csv, then left: both were rewritten."""
     assert graded["entries"]["results_file"]["score"] == 0.0
-    assert "me,16,16" not in graded["csv"] and len(graded["csv"].splitlines()) == 1 + len(graded["entries"])
+    assert "me,20,20" not in graded["csv"] and len(graded["csv"].splitlines()) == 1 + len(graded["entries"])
 
 
 def test_replacing_lab2_checks_scores_nothing(graded):

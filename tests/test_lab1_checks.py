@@ -11,6 +11,7 @@ from notebook_tools import assert_check_contract
 from specdec.grading import check, exercises_for_lab, lab1
 from specdec.grading.registry import get_exercise, run_check
 from specdec.sim import formulas, stats, verify
+from specdec.sim.tree import DraftTree
 
 SEEDS = [0, 1, 2, 3, 4]
 
@@ -60,6 +61,14 @@ def first_biased_position(sampler, p_rows, q_rows):
     return lab1.reference_first_biased_position(sampler, p_rows, q_rows)
 
 
+def tree_accept_length(parents, accept):
+    return DraftTree(tuple(parents), tuple(accept)).expected_accepted()
+
+
+def multi_draft_verify(p, q, candidates, u):
+    return verify.multi_draft_verify(p, q, candidates, u)
+
+
 REFERENCE = {
     "lab1.q1": ("residual", residual),
     "lab1.q2": ("accept_draft", accept_draft),
@@ -71,6 +80,8 @@ REFERENCE = {
     "lab1.q8": ("tau_from_positions", tau_from_positions),
     "lab1.q9": ("alpha_at_temperature", alpha_at_temperature),
     "lab1.q10": ("first_biased_position", first_biased_position),
+    "lab1.q11": ("tree_accept_length", tree_accept_length),
+    "lab1.q12": ("multi_draft_verify", multi_draft_verify),
 }
 
 
@@ -169,6 +180,50 @@ def first_biased_position_bonus_c(sampler, p_rows, q_rows):  # the resample-from
     return len(q_rows) + 1 if sampler == "C" else first_biased_position(sampler, p_rows, q_rows)
 
 
+def tree_accept_length_tau(parents, accept):  # tau, not the accept length
+    return tree_accept_length(parents, accept) + 1
+
+
+def tree_accept_length_no_path(parents, accept):  # each node on its own, as if its parent did not matter
+    return float(np.sum(accept))
+
+
+def tree_accept_length_independent_siblings(parents, accept):  # per depth, P(some child) = 1 - prod(1 - a)
+    depths = DraftTree(tuple(parents), tuple(accept)).depths()
+    a = np.asarray(accept)
+    reach = np.cumprod([1 - np.prod(1 - a[depths == d]) for d in range(1, depths.max() + 1)])
+    return float(reach.sum())
+
+
+def tree_accept_length_first_candidates(parents, accept):  # only the first child of each node
+    path, node = [], -1
+    while node in parents:
+        node = parents.index(node)
+        path.append(accept[node])
+    return float(np.cumprod(path).sum())
+
+
+def multi_draft_verify_no_update(p, q, candidates, u):  # every sibling judged against p itself
+    for i, x in enumerate(candidates):
+        if u[i] < p[x] / q[x]:
+            return i, p
+    return -1, residual(p, q)
+
+
+def multi_draft_verify_unnormalised(p, q, candidates, u):
+    r = np.asarray(p, dtype=float)
+    for i, x in enumerate(candidates):
+        if u[i] < r[x] / q[x]:
+            return i, r
+        r = np.maximum(r - q, 0.0)
+    return -1, r
+
+
+def multi_draft_verify_falls_back_to_q(p, q, candidates, u):  # all rejected: sample the draft again
+    i, r = multi_draft_verify(p, q, candidates, u)
+    return i, (r if i >= 0 else q)
+
+
 PLANTED = [
     ("lab1.q1", "residual", residual_unnormalised),
     ("lab1.q2", "accept_draft", accept_draft_inverted),
@@ -191,6 +246,13 @@ PLANTED = [
     ("lab1.q10", "first_biased_position", first_biased_position_generic),
     ("lab1.q10", "first_biased_position", first_biased_position_lossless_a),
     ("lab1.q10", "first_biased_position", first_biased_position_bonus_c),
+    ("lab1.q11", "tree_accept_length", tree_accept_length_tau),
+    ("lab1.q11", "tree_accept_length", tree_accept_length_no_path),
+    ("lab1.q11", "tree_accept_length", tree_accept_length_independent_siblings),
+    ("lab1.q11", "tree_accept_length", tree_accept_length_first_candidates),
+    ("lab1.q12", "multi_draft_verify", multi_draft_verify_no_update),
+    ("lab1.q12", "multi_draft_verify", multi_draft_verify_unnormalised),
+    ("lab1.q12", "multi_draft_verify", multi_draft_verify_falls_back_to_q),
 ]
 
 
@@ -201,10 +263,10 @@ def seeded(request):
 
 def test_exercise_list():
     ids = [e.id for e in exercises_for_lab(1)]
-    assert ids == [f"lab1.q{i}" for i in range(1, 11)]
-    assert sum(e.points for e in exercises_for_lab(1)) == 16
+    assert ids == [f"lab1.q{i}" for i in range(1, 13)]
+    assert sum(e.points for e in exercises_for_lab(1)) == 20
     # issue 23: at least 60% of the points on exercises whose answer is not printed above them
-    understanding = {"lab1.q3", "lab1.q8", "lab1.q9", "lab1.q10"}
+    understanding = {"lab1.q3", "lab1.q8", "lab1.q9", "lab1.q10", "lab1.q11", "lab1.q12"}
     points = {e.id: e.points for e in exercises_for_lab(1)}
     assert sum(points[i] for i in understanding) / sum(points.values()) >= 0.6
 
@@ -328,3 +390,44 @@ def test_q10_exact_distributions_match_the_notebooks_samplers():
             if 0.5 * np.abs(exact[j] - p_rows[j]).sum() > 0.03:
                 assert stats.chi_square_test(tokens, p_rows[j]).pvalue < 1e-4, (name, j + 1)
         assert lab1.reference_first_biased_position(name, p_rows, q_rows) == {"A": 2, "B": 0, "C": 1, "D": 3}[name]
+
+
+def test_hints_for_the_tree_exercises(seeded):
+    res = run_check(get_exercise("lab1.q11"), {"tree_accept_length": tree_accept_length_tau}, seed=seeded)
+    assert res.score == 0.0 and "not the target's own token" in res.message
+    res = run_check(get_exercise("lab1.q11"), {"tree_accept_length": tree_accept_length_no_path}, seed=seeded)
+    assert res.score < 0.5 and "parent" in res.message, res.message
+    res = run_check(get_exercise("lab1.q12"), {"multi_draft_verify": lambda p, q, c, u: -1}, seed=seeded)
+    assert res.score == 0.0 and "(index, distribution)" in res.message
+    res = run_check(get_exercise("lab1.q12"), {"multi_draft_verify": multi_draft_verify_falls_back_to_q}, seed=seeded)
+    assert 0 < res.score < 1 and "all rejected" in res.message
+
+
+def test_q11_cases_are_valid_trees_of_every_kind():
+    for seed in range(20):
+        cases = lab1.tree_cases(np.random.default_rng(seed))
+        assert {c.tag for c in cases} == {"chain", "star", "any", "a zero", "sure"}
+        for c in cases:
+            DraftTree(tuple(c.args[0]), tuple(c.args[1]))  # raises if a node's children sum past 1
+
+
+def test_q12_cases_judge_later_siblings():
+    """A third reject the first candidate, a sixth reject them all: the updated target decides there."""
+    for seed in range(10):
+        wants = [verify.multi_draft_verify(*c.args)[0] for c in lab1.multi_draft_cases(np.random.default_rng(seed))]
+        assert sum(w >= 1 for w in wants) >= 2 and sum(w == -1 for w in wants) >= 4
+
+
+
+@pytest.mark.parametrize("ex_id, source", [
+    ("lab1.q11", "def tree_accept_length(parents, accept):\n    return DraftTree(parents, accept).expected_accepted()"),
+    ("lab1.q12", "def multi_draft_verify(p, q, candidates, u):\n    return verify.multi_draft_verify(p, q, candidates, u)"),
+])
+def test_q11_q12_wrappers_of_the_reference_are_seen_in_the_source(ex_id, source):
+    """Handing the exercise to specdec's answer scores 0 (the grader reads the source); the solution's own does not."""
+    from specdec.grading.tampering import calls_reference
+
+    ex = get_exercise(ex_id)
+    assert calls_reference([source], ex.reads, ex.references()) is not None
+    honest = "def tree_accept_length(parents, accept):\n    reach = [a for a in accept]\n    return sum(reach)"
+    assert calls_reference([honest], "tree_accept_length", get_exercise("lab1.q11").references()) is None

@@ -55,7 +55,7 @@ def test_committed_without_outputs(path):
 
 
 def test_exercise_cells_follow_the_convention():
-    assert exercise_cells(SOLUTION, 1) == [f"lab1.q{i}" for i in range(1, 11)]
+    assert exercise_cells(SOLUTION, 1) == [f"lab1.q{i}" for i in range(1, 13)]
 
 
 def test_lecture_states_its_objectives():
@@ -130,6 +130,13 @@ def test_lecture_runs(tmp_path):
     assert "threshold_single 1.00, threshold_acc 1.0: acceptance 0.220, TV(output, p) = 0.000" in out
     tvs = [float(x) for x in re.findall(r"threshold_acc \d\.\d: acceptance [\d.]+, TV\(output, p\) = ([\d.]+)", out)]
     assert len(tvs) == 6 and min(tvs[1:]) > 0.01, out
+    # trees: the formula within the Monte Carlo's noise for every shape, the best tree above the chain of as many nodes
+    zs = re.findall(r"\d nodes, depth \d: formula [\d.]+, Monte Carlo [\d.]+ ± [\d.]+ \(([+-][\d.]+) s\.e\.\)", out)
+    assert len(zs) == 4 and max(abs(float(z)) for z in zs) < 4, out
+    assert re.search(r"best tree of 8 over the chain of 8: \+0\.\d{3} accepted drafts per step", out), out
+    assert "the tree pays" in out and "the tree does not pay" in out  # width pays while a verified position is cheap
+    rules = dict(re.findall(r"^(SpecInfer's rule|bug: [a-z ]+?)\s+chi-square p-value ([\d.e+-]+);", out, re.MULTILINE))
+    assert len(rules) == 3 and float(rules.pop("SpecInfer's rule")) >= 1e-3 and max(map(float, rules.values())) < 1e-3, out
 
 
 @pytest.mark.slow
@@ -142,9 +149,13 @@ def test_solution_runs_with_full_marks(tmp_path):
     nb, seconds = execute(nb, tmp_path)
     assert seconds < BUDGET_S
     out = text_of(nb)
-    for i in range(1, 11):
+    for i in range(1, 13):
         assert re.search(rf"lab1\.q{i} \[PASS\]", out), f"lab1.q{i} did not pass:\n{out}"
-    assert "total: 16 / 16" in out
+    assert "total: 20 / 20" in out
+    m = re.search(r"formula (\d\.\d{4});  yours: (\d\.\d{4})", out)
+    assert m and m[1] == m[2], out
+    m = re.search(r"chi-square p-value of the emitted token against p: ([\d.]+);", out)
+    assert m and float(m[1]) >= 1e-3, out
     # the faulty samplers, tested by sampling: each flagged where the solution says its change acts, and only there
     for name, where in (("A", "[2]"), ("B", "[]"), ("C", "[1, 2]"), ("D", "[3]")):
         answer = where.strip("[]").split(",")[0] or "0"
@@ -167,8 +178,8 @@ def test_untouched_lab_runs_to_the_end_with_zero(tmp_path):
     assert "### BEGIN SOLUTION" not in "".join(c.source for c in lab.cells)
     nb, _ = execute(lab, tmp_path)  # raises CellExecutionError if a cell depends on a stub
     out = text_of(nb)
-    for i in range(1, 11):
+    for i in range(1, 13):
         assert re.search(rf"lab1\.q{i} \[FAIL\] 0/\d+ .*not implemented", out), f"lab1.q{i}:\n{out}"
-    assert "total: 0 / 16" in out
+    assert "total: 0 / 20" in out
     assert out.count("no guess recorded") == len(guesses_in(SOLUTION))
     assert "the same scores: my_choose_k chose what the fixed k" in out

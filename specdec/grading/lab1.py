@@ -15,6 +15,7 @@ from specdec.grading.calls import Outcome
 from specdec.grading.codec import Rng
 from specdec.grading.exercise import Case, Exercise, Part, WrongShape
 from specdec.sim import formulas, stats, verify
+from specdec.sim.tree import DraftTree
 
 
 def distributions(rng: np.random.Generator, v: int, alpha_range=(0.0, 1.0)) -> tuple[np.ndarray, np.ndarray]:
@@ -507,4 +508,125 @@ Q10 = Exercise(
     uses=(Q1, Q4), answered_by=("specdec.grading.lab1:emitted_distributions",),
 )
 
-EXERCISES = (Q1, Q2, Q3, Q4, Q5, Q6, Q7, Q8, Q9, Q10)
+
+# --- q11: the expected accept length of a draft tree -----------------------------------------------
+
+
+def random_tree(rng: np.random.Generator, n: int, kind: str) -> DraftTree:
+    """A tree of n nodes of this kind; each node's children share at most all of its acceptance."""
+    if kind == "chain":
+        parents = list(range(-1, n - 1))
+    elif kind == "star":
+        parents = [-1] * n
+    else:  # any shape: each node hangs below a random earlier one
+        parents = [int(rng.integers(-1, i)) for i in range(n)]
+    accept = np.zeros(n)
+    for parent in set(parents):
+        kids = [i for i, p in enumerate(parents) if p == parent]
+        share = rng.dirichlet(np.ones(len(kids) + 1))[:-1]  # the share left over: no child matches
+        accept[kids] = share / share.sum() if kind == "sure" else share
+    if kind == "a zero":  # a node the target never takes: nothing below it counts
+        accept[int(rng.integers(0, n))] = 0.0
+    return DraftTree(tuple(parents), tuple(accept))
+
+
+def tree_cases(rng: np.random.Generator) -> list[Case]:
+    kinds = ["chain", "star", "star", "any", "any", "any", "any", "any", "a zero", "sure", "any", "chain"]
+    cases = []
+    for kind in kinds:
+        n = int(rng.integers(2, 13))
+        tree = random_tree(rng, n, kind)
+        cases.append(Case((list(tree.parents), list(tree.accept)), shown=f"parents={list(tree.parents)}, "
+                          f"accept={fmt(tree.accept)}", tag=kind))
+    return [cases[i] for i in rng.permutation(len(cases))]
+
+
+def reference_tree_accept_length(parents: list[int], accept: list[float]) -> float:
+    """The expected number of accepted drafts of the tree (DraftTree's)."""
+    return DraftTree(tuple(parents), tuple(accept)).expected_accepted()
+
+
+def judge_tree(case: Case, got: Any, want: float) -> str | None:
+    x = a_number(got, "tree_accept_length")
+    if close(x, want, rel=1e-9, abs_=1e-12):
+        return None
+    parents, accept = case.args
+    path, node = [], -1  # the first child of the root, its first child, ...
+    while node in parents:
+        node = parents.index(node)
+        path.append(accept[node])
+    hints = [(want + 1, "the accept length counts accepted drafts, not the target's own token (that is tau)"),
+             (sum(accept), "a node is accepted only when its parent was"),
+             (DraftTree.chain(path).expected_accepted(), "every candidate counts, not only the first")]
+    hint = next((f" ({why})" for value, why in hints if close(x, value, rel=1e-9, abs_=1e-12)), "")
+    return f"expected {want:.6f}, got {x}{hint}"
+
+
+Q11 = Exercise(
+    id="lab1.q11", points=2, title="the expected accept length of a draft tree", reads="tree_accept_length",
+    signature="(parents, accept)",
+    parts=(Part(tree_cases, judge_tree, reference_tree_accept_length, what="trees"),),
+    answered_by=("specdec.sim.tree:DraftTree.expected_accepted",),
+)
+
+
+# --- q12: several candidates at one position --------------------------------------------------------
+
+
+def multi_draft_cases(rng: np.random.Generator) -> list[Case]:
+    """Candidates drawn from q; a third of the cases reject the first candidate, so that the next one is judged
+    against the updated target. No u within 1e-6 of a threshold the reference compares it with."""
+    cases = []
+    for i in range(24):
+        while True:
+            v, m = int(rng.integers(3, 9)), int(rng.integers(2, 5))
+            p, q = distributions(rng, v, (0.2, 0.8))
+            cand = rng.choice(v, size=m, p=q)
+            if i % 6 == 0:  # the target never says any candidate: all rejected
+                p[cand] = 0.0
+                if p.sum() == 0:
+                    continue
+                p /= p.sum()
+            u = rng.random(m)
+            if i % 3 == 1:  # the first rejected
+                ratio = p[cand[0]] / q[cand[0]]
+                if ratio >= 0.95:
+                    continue
+                u[0] = rng.uniform(ratio + 0.01, 1.0)
+            r, margins = p, []
+            for x, ux in zip(cand, u):
+                margins.append(abs(ux * q[x] - r[x]))
+                if ux * q[x] < r[x]:
+                    break
+                r = verify.residual_distribution(r, q)
+            if min(margins) > 1e-6:
+                break
+        cases.append(Case((p, q, cand, u), shown=f"p={fmt(p)} q={fmt(q)} candidates={cand.tolist()} u={fmt(u)}",
+                          tag="all rejected" if i % 6 == 0 else ""))
+    return cases
+
+
+def judge_multi_draft(case: Case, got: Any, want: tuple[int, np.ndarray]) -> str | None:
+    index, dist = pair(got, "multi_draft_verify", "(index, distribution)")
+    m = len(case.args[2])
+    if isinstance(index, (bool, np.bool_)) or not whole_in(index, -1, m - 1):
+        raise WrongShape(f"multi_draft_verify must return (index, distribution), index in -1..{m - 1}, got {short(got)}")
+    want_index, want_dist = want
+    if int(index) != want_index:
+        return f"expected index {want_index}, got {int(index)}"
+    if want_index >= 0:
+        return None
+    r = distribution_of(dist, len(want_dist))
+    if r is not None and np.allclose(r, want_dist, atol=1e-9):
+        return None
+    return f"all rejected: expected the distribution {fmt(want_dist)}, got {short(dist) if r is None else fmt(r)}"
+
+
+Q12 = Exercise(
+    id="lab1.q12", points=2, title="several candidates at one position", reads="multi_draft_verify",
+    signature="(p, q, candidates, u)",
+    parts=(Part(multi_draft_cases, judge_multi_draft, verify.multi_draft_verify, what="positions"),),
+    uses=(Q1,), answered_by=("specdec.sim.verify:multi_draft_verify_batch",),
+)
+
+EXERCISES = (Q1, Q2, Q3, Q4, Q5, Q6, Q7, Q8, Q9, Q10, Q11, Q12)

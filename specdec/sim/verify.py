@@ -136,3 +136,69 @@ def speculative_sample_batch(
     emitted = np.concatenate([emitted, np.full((n, 1), -1)], axis=1)
     emitted[rows, accepted] = last
     return accepted, emitted
+
+
+def multi_draft_verify_batch(
+    p: ArrayLike,
+    q: ArrayLike,
+    candidates: ArrayLike,
+    u: ArrayLike,
+    on_reject: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Several candidates for one position, drawn i.i.d. (with replacement) from q (SpecInfer's multi-step
+    speculative sampling). Candidate i is accepted with probability min(1, r(x_i) / q(x_i)), r the target,
+    starting at p; after each rejection r becomes the residual of r against q. n trials at once:
+    p, q (V,) or (n, V), candidates (n, m), u (n, m) uniforms. Returns (index (n,) of the accepted candidate,
+    -1 where all were rejected; r (n, V), the target after the last update: sample it where index is -1).
+    on_reject(r, q) replaces the residual, to plant a bug."""
+    cand = np.asarray(candidates, dtype=np.int64)
+    u = np.asarray(u, dtype=float)
+    n, m = cand.shape
+    r = np.array(np.broadcast_to(np.asarray(p, dtype=float), (n, np.shape(p)[-1])))
+    q = np.broadcast_to(np.asarray(q, dtype=float), r.shape)
+    rows = np.arange(n)
+    if np.any(q[rows[:, None], cand] <= 0):
+        raise ValueError("a candidate has q = 0: the draft cannot have proposed it")
+    reject = on_reject or residual_distribution
+    index = np.full(n, -1)
+    for i in range(m):
+        open_ = index < 0
+        ok = open_ & (u[:, i] * q[rows, cand[:, i]] < r[rows, cand[:, i]])
+        index[ok] = i
+        rejected = open_ & ~ok
+        r[rejected] = reject(r[rejected], q[rejected])
+    return index, r
+
+
+def multi_draft_verify(p: ArrayLike, q: ArrayLike, candidates: ArrayLike, u: ArrayLike) -> tuple[int, np.ndarray]:
+    """multi_draft_verify_batch for one trial: (index of the accepted candidate or -1, the target r then)."""
+    index, r = multi_draft_verify_batch(p, q, np.ravel(candidates)[None], np.ravel(u)[None])
+    return int(index[0]), r[0]
+
+
+def multi_draft_sample(
+    p: ArrayLike,
+    q: ArrayLike,
+    n: int,
+    m: int,
+    rng: np.random.Generator,
+    on_reject: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """n trials of m candidates drawn from q, verified: (the emitted token (n,), index of the accepted candidate)."""
+    q = np.asarray(q, dtype=float)
+    cand = sample_categorical(np.broadcast_to(q, (n, m, q.shape[-1])), rng)
+    index, r = multi_draft_verify_batch(p, q, cand, rng.random((n, m)), on_reject)
+    fallback = sample_categorical(r, rng)
+    return np.where(index >= 0, cand[np.arange(n), np.maximum(index, 0)], fallback), index
+
+
+def multi_draft_rank_accept(p: ArrayLike, q: ArrayLike, m: int) -> np.ndarray:
+    """P(candidate i is the one accepted), i = 0..m-1, for m i.i.d. candidates: round i is reached when
+    rounds before it rejected, and accepts with alpha(r_i, q) = sum min(r_i, q). They sum to P(some accepted)."""
+    r, reach, out = np.asarray(p, dtype=float), 1.0, []
+    for _ in range(m):
+        a = float(np.minimum(r, q).sum())
+        out.append(reach * a)
+        reach *= 1.0 - a
+        r = residual_distribution(r, q)
+    return np.array(out)
