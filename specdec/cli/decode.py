@@ -8,11 +8,12 @@ import os
 
 import torch
 
+from specdec.cli import fast
 from specdec.cli.common import UsageError, add_threads, threads
 from specdec.decoder.engine import Engine
 from specdec.decoder.methods import METHODS
 from specdec.serving.measure.machine import busy_warning, machine_line
-from specdec.zoo import ModelNotFound, load_bundle
+from specdec.zoo import ModelNotFound
 
 DEFAULT_PROMPT = "import os\nimport sys\n\n\ndef main(argv):\n"
 
@@ -43,6 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", action="store_true",
                    help="split the time into prefill/draft/verify/host (synchronises the device around each phase)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    fast.add_arguments(p)
     add_threads(p)
 
 
@@ -59,7 +61,7 @@ def main(args) -> int:
     texts = args.prompt or [DEFAULT_PROMPT]
     methods = (args.method, "ar") if args.compare and args.method != "ar" else (args.method,)
     try:
-        bundle = load_bundle(args.model, parts, device=device, dtype=dtype, draft=args.draft)
+        bundle = fast.load(args, parts, device, dtype, draft=args.draft)
         prompts = [bundle.tokenizer(texts[i % len(texts)])["input_ids"] for i in range(args.batch)]
         max_len = max(map(len, prompts)) + args.max_new_tokens + args.k + 2
         engines = {m: Engine(bundle, m, k=args.k, max_batch=args.batch, max_len=max_len, cuda_graphs=args.cuda_graphs)

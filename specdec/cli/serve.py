@@ -9,12 +9,13 @@ import sys
 
 import torch
 
+from specdec.cli import fast
 from specdec.cli.common import UsageError, add_threads, threads
 from specdec.decoder.engine import Engine
 from specdec.decoder.methods import METHODS, SPELLINGS, method_named
 from specdec.serving.server.scheduler import Scheduler
 from specdec.serving.server.app import ServerArgs, bind, describe, run, warm_up
-from specdec.zoo import ModelNotFound, load_bundle
+from specdec.zoo import ModelNotFound
 
 
 
@@ -38,6 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
                    help="default: float32 on CPU, bfloat16 on CUDA")
     p.add_argument("--cuda-graphs", default="auto", choices=["auto", "on", "off"])
+    fast.add_arguments(p)
     add_threads(p)
 
 
@@ -60,9 +62,8 @@ def main(args: argparse.Namespace) -> int:
     dtype = getattr(torch, args.dtype or ("bfloat16" if device.startswith("cuda") else "float32"))
     try:
         sock = bind(args.host, args.port)  # first: a taken port is said before the load (minutes on a GPU)
-        bundle = load_bundle(args.model, METHODS[method].parts, device=device, dtype=dtype,
-                             draft=args.draft if method == "draft" else None,
-                             eagle=args.draft if method == "eagle" else None)
+        bundle = fast.load(args, METHODS[method].parts, device, dtype, draft=args.draft if method == "draft" else None,
+                           eagle=args.draft if method == "eagle" else None)
         engine = Engine(bundle, method, k=args.k, max_batch=args.max_running_requests, max_len=args.context_length,
                         cuda_graphs=args.cuda_graphs)
     except (ModelNotFound, ValueError) as exc:
