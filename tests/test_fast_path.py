@@ -62,3 +62,106 @@ def test_the_cli_loads_the_fused_model_unless_told_not_to(verb):
     assert is_fused(b.target) and is_fused(b.draft)
     b = fast.load(cli_args(verb, "--no-fuse"), (), "cpu", torch.float32)
     assert not is_fused(b.target) and hasattr(b.target.layers[0].self_attn, "q_proj")
+
+
+# --- --compile and its persistent cache ---------------------------------------------------------------------
+
+SHAPE = dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+             num_key_value_heads=8, head_dim=128, attention_bias=False, tie_word_embeddings=False)
+
+
+def test_the_cache_key_names_shape_dtype_gpu_and_torch():
+    from specdec.decoder.compile_cache import cache_key
+
+    key = cache_key(SHAPE, "bfloat16", "NVIDIA H200", "2.13.0+cu128")
+    assert key == cache_key(dict(SHAPE, name="ignored", rope_theta=1.0), "bfloat16", "NVIDIA H200", "2.13.0+cu128")
+    assert key.startswith("NVIDIA_H200-torch2.13.0+cu128-bfloat16-L32-H4096-") and "/" not in key
+    others = [cache_key(dict(SHAPE, num_hidden_layers=16), "bfloat16", "NVIDIA H200", "2.13.0+cu128"),
+              cache_key(dict(SHAPE, vocab_size=32000), "bfloat16", "NVIDIA H200", "2.13.0+cu128"),
+              cache_key(dict(SHAPE, tie_word_embeddings=True), "bfloat16", "NVIDIA H200", "2.13.0+cu128"),
+              cache_key(SHAPE, "float16", "NVIDIA H200", "2.13.0+cu128"),
+              cache_key(SHAPE, "bfloat16", "NVIDIA H100 80GB HBM3", "2.13.0+cu128"),
+              cache_key(SHAPE, "bfloat16", "NVIDIA H200", "2.12.0+cu128")]
+    assert len({key, *others}) == 7
+
+
+def test_the_cache_lives_where_the_environment_says(tmp_path, monkeypatch):
+    import os
+
+    from specdec.decoder import compile_cache
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv(compile_cache.CACHE_ENV, raising=False)
+    assert compile_cache.cache_root() == tmp_path / "home" / ".cache" / "specdec" / "compile"
+    monkeypatch.setenv(compile_cache.CACHE_ENV, str(tmp_path / "c"))
+    assert compile_cache.cache_root() == tmp_path / "c"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", os.environ.get("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor")))
+    assert compile_cache.use_cache(tmp_path / "c" / "k").is_dir()
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "c" / "k")
+
+
+@pytest.mark.parametrize("mode,device,graphs,cached,expect", [
+    ("auto", "cpu", "auto", True, False), ("off", "cuda", "auto", True, False), ("auto", "cuda", "auto", True, True),
+    ("auto", "cuda", "auto", False, False), ("auto", "cuda", "off", True, False), ("on", "cuda", "auto", False, True)])
+def test_compile_auto_is_on_only_on_a_gpu_with_a_cache(mode, device, graphs, cached, expect):
+    from specdec.cli.fast import compile_choice
+
+    assert compile_choice(mode, device, graphs, cached) is expect
+
+
+def test_compile_on_without_a_gpu_is_a_clear_error():
+    from specdec.cli.common import UsageError
+    from specdec.cli.fast import compile_choice
+
+    with pytest.raises(UsageError, match="--compile on needs a CUDA device"):
+        compile_choice("on", "cpu", "auto", True)
+    with pytest.raises(UsageError, match="--compile on needs CUDA graphs"):
+        compile_choice("on", "cuda", "off", True)
+
+
+@pytest.mark.parametrize("verb", ["decode", "serve"])
+def test_the_cli_says_compile_on_on_a_cpu_in_one_line_and_writes_nothing_home(tmp_path, verb):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1"}
+    env.pop("SPECDEC_COMPILE_DIR", None)
+    extra = ["--port", "0"] if verb == "serve" else ["--max-new-tokens", "4"]
+    r = subprocess.run([sys.executable, "-m", "specdec", verb, "--model", "tiny", "--compile", "on", *extra],
+                       capture_output=True, text=True, env=env, timeout=120)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip() and not ln.startswith("specdec: no CUDA")]
+    assert r.returncode == 2 and len(lines) == 1 and "--compile on needs a CUDA device" in lines[0], r.stderr
+    assert not (tmp_path / ".cache" / "specdec" / "compile").exists()
+
+
+def test_decode_on_a_cpu_runs_uncompiled_by_default(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1"}
+    env.pop("SPECDEC_COMPILE_DIR", None)
+    r = subprocess.run([sys.executable, "-m", "specdec", "decode", "--model", "tiny", "--max-new-tokens", "8", "--json"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["fused"] is True and out["compiled"] is False
+    assert not (tmp_path / ".cache" / "specdec" / "compile").exists()
+
+
+def test_compiling_says_so_and_how_long(capsys):
+    from types import SimpleNamespace
+
+    from specdec.cli.fast import compiling
+
+    ran = []
+    compiling(SimpleNamespace(compile_dir="/cache/x"), SimpleNamespace(graphs=SimpleNamespace(compile=True)),
+              lambda: ran.append(1))
+    err = capsys.readouterr().err
+    assert ran == [1]
+    assert "compiling the decode step (first start on this GPU: ~1-2 min; later starts read the cache in /cache/x)" in err
+    assert "compiled in" in err
+    compiling(SimpleNamespace(), SimpleNamespace(graphs=SimpleNamespace(compile=False)), lambda: ran.append(2))
+    assert ran == [1, 2] and capsys.readouterr().err == ""

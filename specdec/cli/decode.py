@@ -64,15 +64,15 @@ def main(args) -> int:
         bundle = fast.load(args, parts, device, dtype, draft=args.draft)
         prompts = [bundle.tokenizer(texts[i % len(texts)])["input_ids"] for i in range(args.batch)]
         max_len = max(map(len, prompts)) + args.max_new_tokens + args.k + 2
-        engines = {m: Engine(bundle, m, k=args.k, max_batch=args.batch, max_len=max_len, cuda_graphs=args.cuda_graphs)
-                   for m in methods}
+        compiled = fast.setup_compile(args, bundle, device)
+        engines = {m: Engine(bundle, m, k=args.k, max_batch=args.batch, max_len=max_len, cuda_graphs=args.cuda_graphs,
+                             compile=compiled) for m in methods}
 
         def run(method: str, n: int):
             return engines[method].generate(prompts, n, args.temperature, seed=args.seed, profile=args.profile)
 
-        if engines[args.method].graph_mode:  # capture the graphs before timing anything
-            for m in methods:
-                run(m, min(8, args.max_new_tokens))
+        if engines[args.method].graph_mode:  # capture (and compile) the graphs before timing anything
+            fast.compiling(args, engines[args.method], lambda: [run(m, min(8, args.max_new_tokens)) for m in methods])
         res = run(args.method, args.max_new_tokens)
         base = run("ar", args.max_new_tokens) if args.compare else None
     except (ModelNotFound, ValueError) as exc:
@@ -80,6 +80,7 @@ def main(args) -> int:
     out = res.as_dict()
     out["model"] = args.model
     out["device"] = str(device)
+    out["fused"], out["compiled"] = not args.no_fuse, compiled
     out["text"] = [bundle.tokenizer.decode(t) for t in res.tokens]
     out["threads"], out["load_average"] = torch.get_num_threads(), os.getloadavg()[0]
     if base is not None:
@@ -90,7 +91,8 @@ def main(args) -> int:
         print(json.dumps(out))
         return 0
     print(f"model {args.model} on {device} ({str(dtype).removeprefix('torch.')}), method {args.method}"
-          + (f", k={args.k}" if args.method != "ar" else "") + f", batch {args.batch}, T={args.temperature}")
+          + (f", k={args.k}" if args.method != "ar" else "") + f", batch {args.batch}, T={args.temperature}"
+          + ("" if args.no_fuse else ", fused") + (", compiled" if compiled else ""))
     for i, t in enumerate(out["text"][: min(args.batch, 4)]):
         print(f"--- row {i}: {texts[i % len(texts)]!r} +")
         print(t)

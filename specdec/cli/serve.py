@@ -65,12 +65,12 @@ def main(args: argparse.Namespace) -> int:
         bundle = fast.load(args, METHODS[method].parts, device, dtype, draft=args.draft if method == "draft" else None,
                            eagle=args.draft if method == "eagle" else None)
         engine = Engine(bundle, method, k=args.k, max_batch=args.max_running_requests, max_len=args.context_length,
-                        cuda_graphs=args.cuda_graphs)
+                        cuda_graphs=args.cuda_graphs, compile=fast.setup_compile(args, bundle, device))
     except (ModelNotFound, ValueError) as exc:
         raise UsageError(str(exc)) from None
     except OSError as exc:
         raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
-    warm_up(engine)
+    fast.compiling(args, engine, lambda: warm_up(engine))
     port = sock.getsockname()[1]
     server_args = ServerArgs(model_path=str(bundle.paths["target"]), served_model_name=args.served_model_name or args.model,
                              speculative_algorithm=None if method == "ar" else method,

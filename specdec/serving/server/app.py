@@ -387,7 +387,8 @@ def warm_up(engine: Engine) -> None:
 def describe(engine: Engine) -> str:
     what = "plain decoding" if engine.proposer is None else f"{engine.method}, k={engine.k}"
     where = torch.cuda.get_device_name() if engine.device.type == "cuda" else "CPU"
-    return f"{what}, up to {engine.capacity} running requests, context {engine.max_len}, {where}"
+    return (f"{what}, up to {engine.capacity} running requests, context {engine.max_len}, {where}"
+            + (", compiled" if engine.graphs.compile else ""))
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
