@@ -404,12 +404,12 @@ def meta_info(job: Job, index: int, p: Progress, speculative: bool, k: int) -> d
     if first or (p.finished_at is not None and not job.stream):  # SGLang stamps the first chunk and the end
         meta["response_sent_to_client_ts"] = sent
     if request.trace:
-        meta["spec_trace"] = p.trace
+        meta["spec_trace"] = list(p.trace)  # a streamed event's is a Prefix (scheduler._snapshot)
     return meta
 
 
 def generate_response(job: Job, index: int, p: Progress, speculative: bool, k: int) -> dict:
-    out = {"text": p.text, "output_ids": p.output_ids, "meta_info": meta_info(job, index, p, speculative, k)}
+    out = {"text": p.text, "output_ids": list(p.output_ids), "meta_info": meta_info(job, index, p, speculative, k)}
     if job.stream and job.is_batch:
         out["index"] = index
     return out
