@@ -165,3 +165,50 @@ def test_compiling_says_so_and_how_long(capsys):
     assert "compiled in" in err
     compiling(SimpleNamespace(), SimpleNamespace(graphs=SimpleNamespace(compile=False)), lambda: ran.append(2))
     assert ran == [1, 2] and capsys.readouterr().err == ""
+
+
+# --- random weights in a model's shape (SGLang's --load-format dummy) ---------------------------------------
+
+def test_the_named_shapes_are_the_meta_models_sizes():
+    from specdec.zoo.dummy import shape_config, target_bytes
+
+    assert target_bytes(shape_config("8b")[0], torch.bfloat16) == 2 * 8_030_261_248  # Llama 3.1 8B's parameters
+    assert target_bytes(shape_config("1b")[0], torch.bfloat16) == 2 * 1_235_814_400  # Llama 3.2 1B's (tied)
+
+
+def test_random_weights_take_a_models_shape_and_are_seeded(tiny_bundle):
+    from specdec.zoo.dummy import random_bundle
+
+    a, b = random_bundle("tiny"), random_bundle("tiny")
+    assert a.target.config.to_hf() == tiny_bundle.target.config.to_hf()
+    assert a.mtp is not None and a.eagle is not None and a.heads is not None and a.draft is None
+    assert torch.equal(a.target.layers[0].mlp.up_proj.weight, b.target.layers[0].mlp.up_proj.weight)
+    assert not torch.equal(a.target.layers[0].mlp.up_proj.weight, tiny_bundle.target.layers[0].mlp.up_proj.weight)
+    assert a.tokenizer.decode(a.tokenizer("hello")["input_ids"]) == "hello"
+
+
+def test_random_weights_say_what_they_cannot_do():
+    from specdec.zoo import ModelNotFound
+    from specdec.zoo.dummy import random_bundle
+
+    with pytest.raises(ModelNotFound, match="without a draft model"):
+        random_bundle("8b", ("draft",))
+    with pytest.raises(ModelNotFound, match="the target alone needs 29.9 GiB in float32; cpu has 1.0 GiB free"):
+        random_bundle("8b", (), free=2**30)  # a machine of 1 GiB: the 8B shape is refused, never allocated
+
+
+def test_serve_answers_from_random_weights():
+    import requests
+    from test_serve_robust import start_serve, stop_group
+
+    p, url = start_serve("--random-weights", "tiny", "--port", "0", "--speculative-algorithm", "mtp", "--k", "2")
+    try:
+        r = requests.post(f"{url}/generate", json={"text": "def main(", "sampling_params": {
+            "max_new_tokens": 12, "temperature": 0, "ignore_eos": True}}, timeout=60)
+        assert r.status_code == 200, r.text
+        out = r.json()
+        assert len(out["output_ids"]) == 12 and out["meta_info"]["spec_verify_ct"] >= 1
+        info = requests.get(f"{url}/server_info", timeout=30).json()
+        assert info["speculative_algorithm"] == "mtp"
+    finally:
+        stop_group(p)

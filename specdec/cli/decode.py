@@ -78,7 +78,7 @@ def main(args) -> int:
     except (ModelNotFound, ValueError) as exc:
         raise UsageError(str(exc)) from None
     out = res.as_dict()
-    out["model"] = args.model
+    out["model"] = bundle.name if args.random_weights else args.model
     out["device"] = str(device)
     out["fused"], out["compiled"] = not args.no_fuse, compiled
     out["text"] = [bundle.tokenizer.decode(t) for t in res.tokens]
@@ -90,7 +90,7 @@ def main(args) -> int:
     if args.json:
         print(json.dumps(out))
         return 0
-    print(f"model {args.model} on {device} ({str(dtype).removeprefix('torch.')}), method {args.method}"
+    print(f"model {out['model']} on {device} ({str(dtype).removeprefix('torch.')}), method {args.method}"
           + (f", k={args.k}" if args.method != "ar" else "") + f", batch {args.batch}, T={args.temperature}"
           + ("" if args.no_fuse else ", fused") + (", compiled" if compiled else ""))
     for i, t in enumerate(out["text"][: min(args.batch, 4)]):

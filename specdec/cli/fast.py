@@ -1,6 +1,7 @@
 """What `specdec decode` and `specdec serve` share to run the fast model: the inference layout (q/k/v and
-gate/up fused) by default, and the step compiled by torch.compile where a persistent cache makes it cheap
-(on a GPU: the first start compiles for a minute or two, later starts read the cache)."""
+gate/up fused) by default, the step compiled by torch.compile where a persistent cache makes it cheap
+(on a GPU: the first start compiles for a minute or two, later starts read the cache), and random weights
+in a model's shape to measure it without its checkpoint."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import torch
 
 from specdec.cli.common import UsageError
 from specdec.decoder import compile_cache
+from specdec.decoder.bundle import fuse_bundle
 from specdec.zoo import load_bundle
 
 
@@ -24,13 +26,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compile-cache", default=None, metavar="DIR",
                    help=f"where compiled kernels are kept between starts (default: ${compile_cache.CACHE_ENV}, else "
                         "~/.cache/specdec/compile); 'none': no cache, so auto does not compile")
+    p.add_argument("--random-weights", default=None, metavar="SHAPE",
+                   help="random weights instead of a checkpoint, to measure speed: 8b (Llama 3.1 8B's shape), 1b "
+                        "(Llama 3.2 1B's), or a zoo name or directory whose config.json gives the shape")
+    p.add_argument("--load-format", default="auto", choices=["auto", "dummy"],
+                   help="dummy: random weights in --model's shape (SGLang's name for --random-weights MODEL)")
 
 
 def load(args: argparse.Namespace, parts: tuple[str, ...], device: str, dtype: torch.dtype,
          draft: str | None = None, eagle: str | None = None):
-    """The bundle a verb decodes with: args.model loaded onto the device, fused unless --no-fuse."""
-    return load_bundle(args.model, parts, device=device, dtype=dtype, draft=draft, eagle=eagle,
-                       fuse=not args.no_fuse)
+    """The bundle a verb decodes with: args.model loaded onto the device (or random weights in a shape),
+    fused unless --no-fuse."""
+    shape = args.random_weights or (args.model if args.load_format == "dummy" else None)
+    if shape is None:
+        return load_bundle(args.model, parts, device=device, dtype=dtype, draft=draft, eagle=eagle,
+                           fuse=not args.no_fuse)
+    from specdec.zoo.dummy import random_bundle
+
+    b = random_bundle(shape, parts, device, dtype)
+    return b if args.no_fuse else fuse_bundle(b)
 
 
 def cache_dir(args: argparse.Namespace) -> Path | None:

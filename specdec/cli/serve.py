@@ -72,12 +72,13 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
     fast.compiling(args, engine, lambda: warm_up(engine))
     port = sock.getsockname()[1]
-    server_args = ServerArgs(model_path=str(bundle.paths["target"]), served_model_name=args.served_model_name or args.model,
+    model_path = str(bundle.paths.get("target", bundle.name))  # random weights of a named shape: no directory
+    server_args = ServerArgs(model_path=model_path, served_model_name=args.served_model_name or args.model,
                              speculative_algorithm=None if method == "ar" else method,
                              speculative_num_steps=None if method == "ar" else args.k, host=args.host, port=port,
                              max_running_requests=args.max_running_requests, context_length=engine.max_len,
                              api_key_set=bool(args.api_key), device=device, dtype=str(dtype).removeprefix("torch."))
-    print(f"specdec serve: {args.model}, {describe(engine)}, {torch.get_num_threads()} CPU thread(s)", flush=True)
+    print(f"specdec serve: {bundle.name if args.random_weights else args.model}, {describe(engine)}, {torch.get_num_threads()} CPU thread(s)", flush=True)
     # Listen before saying so: a script that connects when it reads the line then waits in the backlog until
     # uvicorn accepts, instead of being refused (uvicorn listens again with its own backlog).
     sock.listen(2048)
