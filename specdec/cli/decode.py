@@ -83,6 +83,12 @@ def main(args) -> int:
     out["fused"], out["compiled"] = not args.no_fuse, compiled
     out["text"] = [bundle.tokenizer.decode(t) for t in res.tokens]
     out["threads"], out["load_average"] = torch.get_num_threads(), os.getloadavg()[0]
+    out["prompt_tokens"] = [len(p) for p in prompts]
+    # the prefill gives each row its first token (admit reads it back, so its time includes the device's);
+    # what follows is the time per output token of the longest row
+    out["ttft_s"] = engines[args.method].times["prefill"]
+    longest = max(map(len, res.tokens))
+    out["tpot_s"] = (res.wall_s - out["ttft_s"]) / (longest - 1) if longest > 1 else None
     if base is not None:
         out["plain_tokens_per_s"] = base.tokens_per_s
         out["speedup"] = res.tokens_per_s / base.tokens_per_s
