@@ -212,3 +212,18 @@ def test_serve_answers_from_random_weights():
         assert info["speculative_algorithm"] == "mtp"
     finally:
         stop_group(p)
+
+
+@pytest.mark.parametrize("compiled,expect", [(False, [1, 1]), (True, [1, 1, 2, 4, 8, 12])])
+def test_a_compiled_server_warms_every_width_before_it_listens(compiled, expect):
+    """Engine.width rounds the running rows up to a power of two, capped at the capacity: each is a capture, which
+    compiled costs seconds; they are made at the start, not while the first clients wait."""
+    from types import SimpleNamespace
+
+    from specdec.serving.server.app import warm_up
+
+    batches = []
+    engine = SimpleNamespace(device=torch.device("cuda"), capacity=12, graphs=SimpleNamespace(compile=compiled),
+                             generate=lambda prompts, **kw: batches.append(len(prompts)))
+    warm_up(engine)
+    assert batches == expect
