@@ -74,7 +74,9 @@ def serve(tokenizer, ids: list[int], stop=(), seed=0, stream=True) -> list[Progr
     for i, piece in enumerate(pieces):
         if 0 not in s.rows:
             break
-        s._deliver(RowUpdate(0, piece, 0 if i else -1, 4, "length" if i == len(pieces) - 1 else None))
+        last = "length" if i == len(pieces) - 1 else None
+        step = RowUpdate(0, piece, len(piece) - 1, 4, last, [0] * 4) if i else RowUpdate(0, piece, -1, 0, last)
+        s._deliver(step)
     return h.events
 
 

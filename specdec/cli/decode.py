@@ -66,7 +66,7 @@ def main(args) -> int:
         max_len = max(map(len, prompts)) + args.max_new_tokens + args.k + 2
         compiled = fast.setup_compile(args, bundle, device)
         engines = {m: Engine(bundle, m, k=args.k, max_batch=args.batch, max_len=max_len, cuda_graphs=args.cuda_graphs,
-                             compile=compiled) for m in methods}
+                             compile=compiled, adaptive=args.adaptive_k) for m in methods}
 
         def run(method: str, n: int):
             return engines[method].generate(prompts, n, args.temperature, seed=args.seed, profile=args.profile)

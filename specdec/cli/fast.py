@@ -26,6 +26,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compile-cache", default=None, metavar="DIR",
                    help=f"where compiled kernels are kept between starts (default: ${compile_cache.CACHE_ENV}, else "
                         "~/.cache/specdec/compile); 'none': no cache, so auto does not compile")
+    p.add_argument("--adaptive-k", action="store_true",
+                   help="draft 0..k per step, chosen from the batch size and the measured acceptance "
+                        "(specdec/decoder/adaptive.py), instead of k every step")
     p.add_argument("--random-weights", default=None, metavar="SHAPE",
                    help="random weights instead of a checkpoint, to measure speed: 8b (Llama 3.1 8B's shape), 1b "
                         "(Llama 3.2 1B's), or a zoo name or directory whose config.json gives the shape")

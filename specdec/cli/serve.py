@@ -65,7 +65,8 @@ def main(args: argparse.Namespace) -> int:
         bundle = fast.load(args, METHODS[method].parts, device, dtype, draft=args.draft if method == "draft" else None,
                            eagle=args.draft if method == "eagle" else None)
         engine = Engine(bundle, method, k=args.k, max_batch=args.max_running_requests, max_len=args.context_length,
-                        cuda_graphs=args.cuda_graphs, compile=fast.setup_compile(args, bundle, device))
+                        cuda_graphs=args.cuda_graphs, compile=fast.setup_compile(args, bundle, device),
+                        adaptive=args.adaptive_k)
     except (ModelNotFound, ValueError) as exc:
         raise UsageError(str(exc)) from None
     except OSError as exc:

@@ -387,8 +387,9 @@ def meta_info(job: Job, index: int, p: Progress, speculative: bool, k: int) -> d
         if speculative and p.verify_ct > 0:
             correct = sum(p.accepted)
             histogram = [p.accepted.count(a) for a in range(k + 1)]
-            proposed = p.verify_ct * k
-            meta.update(spec_accept_rate=correct / proposed, spec_accept_length=len(p.output_ids) / p.verify_ct,
+            proposed = p.drafted or p.verify_ct * k  # verify_ct * k, unless the engine's k is adaptive
+            tokens = len(p.output_ids) - p.plain_tokens  # less the tokens of steps without drafts (adaptive k)
+            meta.update(spec_accept_rate=correct / proposed, spec_accept_length=tokens / p.verify_ct,
                         spec_num_correct_drafts=correct, spec_num_proposed_drafts=proposed,
                         spec_verify_ct=p.verify_ct,
                         # the 0.5.16 aliases of the same three numbers (gone in 0.5.23)

@@ -46,6 +46,8 @@ class Progress:
     text: str = ""
     verify_ct: int = 0  # verify steps of this request
     accepted: list[int] = field(default_factory=list)  # accepted drafts at each verify step
+    drafted: int = 0  # drafts proposed over the verify steps (k each, unless the engine's k is adaptive)
+    plain_tokens: int = 0  # tokens of steps without drafts after the first token (adaptive k chose k = 0)
     trace: list[dict] = field(default_factory=list)
     finish_reason: dict | None = None  # {"type": "length"|"stop"|"abort", ...} when done
     first_token_at: float | None = None
@@ -287,6 +289,8 @@ class Scheduler:
         handle, p = self.rows[up.slot]
         now = time.monotonic()
         p.first_token_at = p.first_token_at or now
+        if up.accepted < 0 and p.output_ids:  # a step without drafts (not the prefill's first token)
+            p.plain_tokens += len(up.tokens)
         p.output_ids += up.tokens
         p.new_tokens = len(up.tokens)
         if not handle.request.probe:
@@ -294,6 +298,7 @@ class Scheduler:
                 self.counters["generation_tokens"] += len(up.tokens)
         if up.accepted >= 0:  # a verify step: it kept its accepted drafts and one token of the target's
             p.verify_ct += 1
+            p.drafted += len(up.drafts)
             p.accepted.append(len(up.tokens) - 1)
             if handle.request.trace:
                 p.trace.append({"drafts": up.drafts, "accepted": len(up.tokens) - 1, "tokens": up.tokens})
