@@ -152,6 +152,18 @@ def test_decode_work_grows_linearly_with_the_output(tiny_bundle):
     assert events[-3].output_ids.items is events[-2].output_ids.items  # one list, read up to each event's length
 
 
+def test_tokens_without_text_do_not_grow_the_window(tiny_bundle):
+    """A random-weight 8B-shaped model served with the zoo's tokenizer writes mostly ids the tokenizer does not know
+    (they decode to nothing): the window must still move on."""
+    tok = tiny_bundle.tokenizer
+    rng = random.Random(1)
+    ids = [rng.randrange(128256) for _ in range(2000)]
+    counting = Counting(tok)
+    events = serve(counting, ids)
+    assert streamed(events) == tok.decode(ids, skip_special_tokens=True)
+    assert counting.ids - len(ids) < 8 * len(ids)
+
+
 def test_a_prefix_reads_as_the_list_it_was():
     items = [1, 2, 3]
     p = Prefix(items)

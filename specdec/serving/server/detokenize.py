@@ -34,7 +34,10 @@ class Detokenizer:
         before = self.decode(ids[self.prefix_offset:self.read_offset]) if self.read_offset > self.prefix_offset else ""
         after = self.decode(ids[self.prefix_offset:])
         self.pending = after[len(before):]
-        if len(after) <= len(before) or after.endswith(HALF_CHARACTER):
+        # settled: new text that ends in a whole character; or no new text at all (special tokens, or ids the
+        # tokenizer does not know, as a random-weight model writes), which would otherwise keep the window growing
+        grew = len(after) > len(before) or after == before
+        if not grew or after.endswith(HALF_CHARACTER):
             return ""
         delta, self.pending = self.pending, ""
         self.text += delta
