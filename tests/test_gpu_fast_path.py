@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
+@pytest.mark.slow  # four `specdec decode` processes: about 10 s
 def test_the_fast_path_benchmark_runs_on_the_cpu(tmp_path, monkeypatch):
     out = tmp_path / "fp.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "HOME": str(tmp_path / "home")}
