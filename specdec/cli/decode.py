@@ -8,11 +8,12 @@ import os
 
 import torch
 
+from specdec.cli import fast
 from specdec.cli.common import UsageError, add_threads, threads
 from specdec.decoder.engine import Engine
 from specdec.decoder.methods import METHODS
 from specdec.serving.measure.machine import busy_warning, machine_line
-from specdec.zoo import ModelNotFound, load_bundle
+from specdec.zoo import ModelNotFound
 
 DEFAULT_PROMPT = "import os\nimport sys\n\n\ndef main(argv):\n"
 
@@ -43,6 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", action="store_true",
                    help="split the time into prefill/draft/verify/host (synchronises the device around each phase)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    fast.add_arguments(p)
     add_threads(p)
 
 
@@ -59,27 +61,34 @@ def main(args) -> int:
     texts = args.prompt or [DEFAULT_PROMPT]
     methods = (args.method, "ar") if args.compare and args.method != "ar" else (args.method,)
     try:
-        bundle = load_bundle(args.model, parts, device=device, dtype=dtype, draft=args.draft)
+        bundle = fast.load(args, parts, device, dtype, draft=args.draft)
         prompts = [bundle.tokenizer(texts[i % len(texts)])["input_ids"] for i in range(args.batch)]
         max_len = max(map(len, prompts)) + args.max_new_tokens + args.k + 2
-        engines = {m: Engine(bundle, m, k=args.k, max_batch=args.batch, max_len=max_len, cuda_graphs=args.cuda_graphs)
-                   for m in methods}
+        compiled = fast.setup_compile(args, bundle, device)
+        engines = {m: Engine(bundle, m, k=args.k, max_batch=args.batch, max_len=max_len, cuda_graphs=args.cuda_graphs,
+                             compile=compiled, adaptive=args.adaptive_k) for m in methods}
 
         def run(method: str, n: int):
             return engines[method].generate(prompts, n, args.temperature, seed=args.seed, profile=args.profile)
 
-        if engines[args.method].graph_mode:  # capture the graphs before timing anything
-            for m in methods:
-                run(m, min(8, args.max_new_tokens))
+        if engines[args.method].graph_mode:  # capture (and compile) the graphs before timing anything
+            fast.compiling(args, engines[args.method], lambda: [run(m, min(8, args.max_new_tokens)) for m in methods])
         res = run(args.method, args.max_new_tokens)
         base = run("ar", args.max_new_tokens) if args.compare else None
     except (ModelNotFound, ValueError) as exc:
         raise UsageError(str(exc)) from None
     out = res.as_dict()
-    out["model"] = args.model
+    out["model"] = bundle.name if args.random_weights else args.model
     out["device"] = str(device)
+    out["fused"], out["compiled"] = not args.no_fuse, compiled
     out["text"] = [bundle.tokenizer.decode(t) for t in res.tokens]
     out["threads"], out["load_average"] = torch.get_num_threads(), os.getloadavg()[0]
+    out["prompt_tokens"] = [len(p) for p in prompts]
+    # the prefill gives each row its first token (admit reads it back, so its time includes the device's);
+    # what follows is the time per output token of the longest row
+    out["ttft_s"] = engines[args.method].times["prefill"]
+    longest = max(map(len, res.tokens))
+    out["tpot_s"] = (res.wall_s - out["ttft_s"]) / (longest - 1) if longest > 1 else None
     if base is not None:
         out["plain_tokens_per_s"] = base.tokens_per_s
         out["speedup"] = res.tokens_per_s / base.tokens_per_s
@@ -87,8 +96,9 @@ def main(args) -> int:
     if args.json:
         print(json.dumps(out))
         return 0
-    print(f"model {args.model} on {device} ({str(dtype).removeprefix('torch.')}), method {args.method}"
-          + (f", k={args.k}" if args.method != "ar" else "") + f", batch {args.batch}, T={args.temperature}")
+    print(f"model {out['model']} on {device} ({str(dtype).removeprefix('torch.')}), method {args.method}"
+          + (f", k={args.k}" if args.method != "ar" else "") + f", batch {args.batch}, T={args.temperature}"
+          + ("" if args.no_fuse else ", fused") + (", compiled" if compiled else ""))
     for i, t in enumerate(out["text"][: min(args.batch, 4)]):
         print(f"--- row {i}: {texts[i % len(texts)]!r} +")
         print(t)

@@ -9,12 +9,13 @@ import sys
 
 import torch
 
+from specdec.cli import fast
 from specdec.cli.common import UsageError, add_threads, threads
 from specdec.decoder.engine import Engine
 from specdec.decoder.methods import METHODS, SPELLINGS, method_named
 from specdec.serving.server.scheduler import Scheduler
 from specdec.serving.server.app import ServerArgs, bind, describe, run, warm_up
-from specdec.zoo import ModelNotFound, load_bundle
+from specdec.zoo import ModelNotFound
 
 
 
@@ -38,6 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
                    help="default: float32 on CPU, bfloat16 on CUDA")
     p.add_argument("--cuda-graphs", default="auto", choices=["auto", "on", "off"])
+    fast.add_arguments(p)
     add_threads(p)
 
 
@@ -60,23 +62,24 @@ def main(args: argparse.Namespace) -> int:
     dtype = getattr(torch, args.dtype or ("bfloat16" if device.startswith("cuda") else "float32"))
     try:
         sock = bind(args.host, args.port)  # first: a taken port is said before the load (minutes on a GPU)
-        bundle = load_bundle(args.model, METHODS[method].parts, device=device, dtype=dtype,
-                             draft=args.draft if method == "draft" else None,
-                             eagle=args.draft if method == "eagle" else None)
+        bundle = fast.load(args, METHODS[method].parts, device, dtype, draft=args.draft if method == "draft" else None,
+                           eagle=args.draft if method == "eagle" else None)
         engine = Engine(bundle, method, k=args.k, max_batch=args.max_running_requests, max_len=args.context_length,
-                        cuda_graphs=args.cuda_graphs)
+                        cuda_graphs=args.cuda_graphs, compile=fast.setup_compile(args, bundle, device),
+                        adaptive=args.adaptive_k)
     except (ModelNotFound, ValueError) as exc:
         raise UsageError(str(exc)) from None
     except OSError as exc:
         raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
-    warm_up(engine)
+    fast.compiling(args, engine, lambda: warm_up(engine))
     port = sock.getsockname()[1]
-    server_args = ServerArgs(model_path=str(bundle.paths["target"]), served_model_name=args.served_model_name or args.model,
+    model_path = str(bundle.paths.get("target", bundle.name))  # random weights of a named shape: no directory
+    server_args = ServerArgs(model_path=model_path, served_model_name=args.served_model_name or args.model,
                              speculative_algorithm=None if method == "ar" else method,
                              speculative_num_steps=None if method == "ar" else args.k, host=args.host, port=port,
                              max_running_requests=args.max_running_requests, context_length=engine.max_len,
                              api_key_set=bool(args.api_key), device=device, dtype=str(dtype).removeprefix("torch."))
-    print(f"specdec serve: {args.model}, {describe(engine)}, {torch.get_num_threads()} CPU thread(s)", flush=True)
+    print(f"specdec serve: {bundle.name if args.random_weights else args.model}, {describe(engine)}, {torch.get_num_threads()} CPU thread(s)", flush=True)
     # Listen before saying so: a script that connects when it reads the line then waits in the backlog until
     # uvicorn accepts, instead of being refused (uvicorn listens again with its own backlog).
     sock.listen(2048)

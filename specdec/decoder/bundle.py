@@ -19,7 +19,7 @@ from specdec.decoder.checkpoint import (
 )
 from specdec.decoder.draft_modules import EagleHead, MTPHeads, MTPLayer
 from specdec.decoder.methods import PARTS
-from specdec.decoder.model import Transformer
+from specdec.decoder.model import Transformer, fuse_projections
 from specdec.decoder.paths import ModelNotFound, model_paths  # noqa: F401  (here too: where a student looks)
 
 
@@ -45,6 +45,16 @@ class ModelBundle:
         return [] if eos is None else [int(e) for e in (eos if isinstance(eos, list) else [eos])]
 
 
+def fuse_bundle(bundle: ModelBundle) -> ModelBundle:
+    """Pack q/k/v and gate/up into single matmuls in every part that has layers (target, draft, MTP layer,
+    EAGLE head): exact (each output is the same dot product), fewer kernel launches; for inference only,
+    since a fused part is neither trained nor saved in the Hugging Face layout."""
+    for part in (bundle.target, bundle.draft, bundle.mtp, bundle.eagle):
+        if part is not None:
+            fuse_projections(part)
+    return bundle
+
+
 def load_tokenizer(path: Path):
     from transformers import AutoTokenizer  # heavy: imported when a model is loaded
 
@@ -53,11 +63,12 @@ def load_tokenizer(path: Path):
 
 def load_bundle(spec: str | Path | dict[str, Path], parts: tuple[str, ...] = PARTS, device="cpu",
                 dtype=torch.float32, draft: str | Path | None = None, eagle: str | Path | None = None,
-                name: str | None = None, tokenizer_loader=load_tokenizer) -> ModelBundle:
+                name: str | None = None, tokenizer_loader=load_tokenizer, fuse: bool = False) -> ModelBundle:
     """Load the target and the requested helper parts; a part that is absent stays None.
     `spec`: a directory, a hub id, or {part: directory} (what specdec.zoo resolves a name to);
     `draft` and `eagle` replace the draft model and EAGLE head found beside the target;
-    `tokenizer_loader(target directory)` loads the tokenizer (the zoo passes its own, lighter one)."""
+    `tokenizer_loader(target directory)` loads the tokenizer (the zoo passes its own, lighter one);
+    `fuse`: the inference layout (fuse_bundle), what `specdec decode` and `specdec serve` load."""
     paths = dict(spec) if isinstance(spec, dict) else model_paths(spec, draft)
     if isinstance(spec, dict) and draft:
         paths["draft"] = model_paths(draft)["target"]
@@ -80,4 +91,4 @@ def load_bundle(spec: str | Path | dict[str, Path], parts: tuple[str, ...] = PAR
     if b.draft is not None and b.draft.config.vocab_size != b.target.config.vocab_size:
         raise ModelNotFound(f"the draft's vocabulary ({b.draft.config.vocab_size}) differs from the target's "
                             f"({b.target.config.vocab_size}): speculative decoding needs one tokenizer")
-    return b
+    return fuse_bundle(b) if fuse else b

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from specdec.decoder.adaptive import AdaptiveK
 from specdec.decoder.cuda_graphs import Graphs, graph_mode, say_eager_once
 from specdec.decoder.generate import DecodeResult, generate
 from specdec.decoder.kv_cache import KVCache
@@ -30,7 +31,7 @@ from specdec.decoder.proposers import (
     NgramProposer,
     Proposer,
 )
-from specdec.decoder.step import Rows, commit, plain_step, readout, to_host, verify
+from specdec.decoder.step import Rows, commit, plain_step, plain_step_hidden, readout, to_host, verify
 from specdec.decoder.verify import sample
 
 
@@ -100,9 +101,11 @@ class Engine:
 
     def __init__(self, bundle, method: str = "ar", k: int = 4, max_batch: int = 8, max_len: int | None = None,
                  cuda_graphs: str = "auto", compile: bool = False, proposer: Proposer | None = None, seed: int = 0,
-                 min_span: int = 256):
+                 min_span: int = 256, adaptive: AdaptiveK | bool = False):
         """compile: fuse the target's step with torch.compile (GPU; replayed inside our own graphs).
-        min_span: the smallest KV bucket under graphs (buckets double from there up to max_len)."""
+        min_span: the smallest KV bucket under graphs (buckets double from there up to max_len).
+        adaptive: choose each step's k in 0..k from the batch and the measured acceptance (adaptive.py;
+        True: the default AdaptiveK), else every step drafts k."""
         if not (isinstance(k, int) and k >= 1):
             raise ValueError(f"k must be an integer >= 1, got {k!r}")
         if max_batch < 1:
@@ -134,6 +137,9 @@ class Engine:
         self.live: dict[int, Row] = {}  # the running rows, by slot
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
         self.times = dict(prefill=0.0, draft=0.0, verify=0.0, host=0.0)  # filled when profiling
+        self.policy = (AdaptiveK(k) if adaptive is True else adaptive or None) if self.proposer is not None else None
+        if self.policy is not None and self.policy.k_max > k:
+            raise ValueError(f"the policy's k_max ({self.policy.k_max}) exceeds the engine's k ({k})")
 
     # -- rows join and leave -------------------------------------------------------------------
     @property
@@ -242,26 +248,37 @@ class Engine:
                                state=rows.tensors(), span=span)
             t1 = t0
         else:
+            k = self.policy.choose(len(self.live)) if self.policy is not None else k
             u = self._uniforms(0, width, 2 * k + 1)
-            drafts, q = self.proposer.propose(rows, k, u[:, k + 1:])  # [B, k], [B, k, V] | None
-            sync()
-            t1 = time.perf_counter()
-            host, count, hidden = self.graphs(
-                "verify" + self._rule(rows), lambda d, q_, u_: self._verify(cache, rows, d, q_, u_), drafts, q,
-                u[:, : k + 1] if rows.sampling or q is not None else None, state=rows.tensors(), span=span)
+            if k == 0:  # the policy skips drafting: a plain step, whose state the proposer still reads
+                self.proposer.skip(rows)
+                sync()
+                t1 = time.perf_counter()
+                host, count, hidden = self.graphs("skip" + self._rule(rows), lambda u_: self._skip(cache, rows, u_),
+                                                  u[:, 0] if rows.sampling else None, state=rows.tensors(), span=span)
+            else:
+                drafts, q = self.proposer.propose(rows, k, u[:, k + 1:])  # [B, k], [B, k, V] | None
+                sync()
+                t1 = time.perf_counter()
+                host, count, hidden = self.graphs(
+                    "verify" + self._rule(rows), lambda d, q_, u_: self._verify(cache, rows, d, q_, u_), drafts, q,
+                    u[:, : k + 1] if rows.sampling or q is not None else None, state=rows.tensors(), span=span)
             self.proposer.accepted(rows, hidden, count)
         sync()
         t2 = time.perf_counter()
-        steps = to_host(host, 1 if self.proposer is None else k + 1)  # the one sync of a step: what the host needs
+        drafting = self.proposer is not None and k > 0
+        steps = to_host(host, k + 1 if drafting else 1)  # the one sync of a step: what the host needs
         updates = []
         for slot, row in list(self.live.items()):
             got = steps[slot]
             # drafts count as proposed up to the row's budget: past it they could never be emitted
             left = row.params.max_new_tokens - row.emitted
-            proposed = 0 if self.proposer is None else min(k, left - 1)
+            proposed = min(k, left - 1) if drafting else 0
             accepted = min(got.accepted, proposed) if got.accepted >= 0 else -1
             updates.append(self._report(slot, got.tokens, accepted, proposed, got.done,
-                                        got.drafts if self.proposer is not None else None))
+                                        got.drafts if drafting else None))
+        if self.policy is not None and drafting:
+            self.policy.observe([u.accepted for u in updates], [u.proposed for u in updates])
         self.times["draft"] += t1 - t0
         self.times["verify"] += t2 - t1
         self.times["host"] += time.perf_counter() - t2
@@ -271,6 +288,12 @@ class Engine:
         """A plain step and its readout (accepted -1: nothing was proposed)."""
         emitted, count = plain_step(self.target, cache, rows, u)
         return readout(rows, count, torch.full_like(count, -1), emitted, emitted[:, :0])
+
+    def _skip(self, cache: KVCache, rows: Rows, u: torch.Tensor | None):
+        """A plain step in a speculative engine: its readout (accepted -1: nothing was proposed), and the count
+        and hidden state the proposer reads."""
+        emitted, count, hidden = plain_step_hidden(self.target, cache, rows, u)
+        return readout(rows, count, torch.full_like(count, -1), emitted, emitted[:, :0]), count, hidden
 
     def _verify(self, cache: KVCache, rows: Rows, drafts: torch.Tensor, q: torch.Tensor | None,
                 u: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

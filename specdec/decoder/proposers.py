@@ -9,6 +9,10 @@ The interface, in the order the engine calls it:
                                            deterministic; u [B, k] uniforms for sampled rows
   accepted(rows, hidden, count)            the target verified: count [B] tokens were kept,
                                            hidden [B, k+1, H] its states at the block's positions
+  skip(rows)                               instead of propose, in a step without drafts (the engine's
+                                           adaptive k chose 0): keep the proposer's own state in step;
+                                           accepted follows with hidden [B, 1, H]
+A step may ask for fewer drafts than setup's k (adaptive k), never more.
 A proposer's own KV cache commits in step with the target's, so its `lengths` mean the same, and
 its attention reads the step's span (rows.span, with the span in its graphs' keys) like the target's.
 Shapes: B rows, k drafts, V vocabulary, H hidden, W prompt width.
@@ -68,6 +72,9 @@ class Proposer:
     def accepted(self, rows: Rows, hidden: torch.Tensor, count: torch.Tensor) -> None:
         pass
 
+    def skip(self, rows: Rows) -> None:
+        pass
+
 
 class FeatureDraftProposer(Proposer):
     """The MTP layer (SGLang's NEXTN) or the EAGLE head: one layer fed (hidden state, next token),
@@ -105,14 +112,23 @@ class FeatureDraftProposer(Proposer):
         self.fresh[start:start + n, 0] = last_valid(hidden, lengths)
         self.fresh_count[start:start + n] = 1
 
-    def propose(self, rows, k, u):
+    def extend(self, rows):
+        """Read the target's fresh states into the layer's cache; -> (cache, the output state [B, 1, H] and
+        logits [B, V] at the last of them)."""
         B = rows.tokens.shape[0]
         cache, fresh, count = self.cache.rows(0, B, rows.span), self.fresh[:B], self.fresh_count[:B]
-        pos = cache.positions(k + 1)  # [B, k+1]: where the fresh states sit
+        pos = cache.positions(fresh.shape[1])  # [B, k+1]: where the fresh states sit
         ids = rows.tokens.gather(1, (pos + 1).clamp(max=rows.tokens.shape[1] - 1))  # x_t+1 after each
         g, logits = self.graphs("extend", lambda *a: self._step(cache, *a), fresh, ids, pos, span=rows.span)
         g, logits = last_valid(g, count).unsqueeze(1), last_valid(logits, count)  # [B, 1, H], [B, V]
         cache.commit(count, check=False)
+        return cache, g, logits
+
+    def skip(self, rows):
+        self.extend(rows)  # the next accepted overwrites the fresh states: read them now
+
+    def propose(self, rows, k, u):
+        cache, g, logits = self.extend(rows)
         p = rows.lengths.unsqueeze(1)  # the pending token's position: draft 2 is computed there
 
         def step(i, d):  # the layer reads its own output state and its own proposal
@@ -123,8 +139,8 @@ class FeatureDraftProposer(Proposer):
         return autoregress(logits, k, rows, u, step)
 
     def accepted(self, rows, hidden, count):
-        B = hidden.shape[0]
-        self.fresh[:B].copy_(hidden)
+        B, W = hidden.shape[:2]  # W = k + 1 of this step (fewer columns than fresh's under adaptive k)
+        self.fresh[:B, :W].copy_(hidden)
         self.fresh_count[:B].copy_(count)
 
 
@@ -181,11 +197,18 @@ class DraftModelProposer(Proposer):
         self.draft(rows.tokens[start:start + n, :W], torch.arange(W, device=hidden.device).expand(n, W), cache)
         cache.commit(rows.lengths[start:start + n] - 1, check=False)
 
-    def propose(self, rows, k, u):
+    def two(self, rows):
+        """Rewrite the last committed position and read the pending token; -> (forward, positions, logits [B, V])."""
         cache = self.cache.rows(0, rows.tokens.shape[0], rows.span)
         forward = lambda ids, pos: self.draft(ids, pos, cache)[0]  # noqa: E731
         p = cache.positions(2)  # [B, 2]: the last committed position and the pending token's
-        logits = self.graphs("two", forward, rows.tokens.gather(1, p), p, span=rows.span)[:, -1]
+        return forward, p, self.graphs("two", forward, rows.tokens.gather(1, p), p, span=rows.span)[:, -1]
+
+    def skip(self, rows):
+        self.two(rows)  # the cache then holds every committed position but the last, as after a verify step
+
+    def propose(self, rows, k, u):
+        forward, p, logits = self.two(rows)
 
         def step(i, d):  # feed draft i + 1 at the position after the pending token + i
             return self.graphs("one", forward, d.unsqueeze(1), p[:, 1:] + i + 1, span=rows.span)[:, 0]

@@ -115,13 +115,20 @@ def to_host(packed: torch.Tensor, width: int) -> list[RowStep]:
 def plain_step(target, cache: KVCache, rows: Rows, u: torch.Tensor | None):
     """Plain decoding: the target reads each row's pending token and samples the next, u [B]
     (None when every row is greedy). Returns emitted [B, 1] and count [B]."""
+    emitted, count, _ = plain_step_hidden(target, cache, rows, u)
+    return emitted, count
+
+
+def plain_step_hidden(target, cache: KVCache, rows: Rows, u: torch.Tensor | None):
+    """plain_step, also returning the target's hidden state [B, 1, H] at the pending token: what a proposer
+    reads after a step in which it proposed nothing (the engine's adaptive k chose k = 0)."""
     pos = rows.lengths.unsqueeze(1)  # [B, 1]: the pending token's position
-    logits, _ = target(rows.tokens.gather(1, pos), pos, cache)  # writes its key and value
+    logits, hidden = target(rows.tokens.gather(1, pos), pos, cache)  # writes its key and value
     if rows.sampling:
         emitted = sample(rows.probs(logits)[:, 0], u).unsqueeze(1)
     else:  # every row greedy: the argmax, which is what sampling its one-hot distribution returns
         emitted = logits.argmax(-1)
-    return emitted, commit(rows, cache, emitted, torch.ones_like(rows.n_new))
+    return emitted, commit(rows, cache, emitted, torch.ones_like(rows.n_new)), hidden
 
 
 def verify(target, cache: KVCache, rows: Rows, drafts: torch.Tensor, q: torch.Tensor | None,

@@ -13,9 +13,10 @@ __all__ = ["load_bundle"]
 
 
 def load_bundle(spec: str, parts: tuple[str, ...] = core.PARTS, device="cpu", dtype=torch.float32,
-                draft: str | None = None, eagle: str | None = None) -> ModelBundle:
+                draft: str | None = None, eagle: str | None = None, fuse: bool = False) -> ModelBundle:
     """`--model tiny|DIR|HF_ID` loaded onto a device; `draft` (a zoo name or directory) replaces
-    the draft model found beside the target, `eagle` (a directory) its EAGLE head."""
+    the draft model found beside the target, `eagle` (a directory) its EAGLE head; `fuse`: the
+    inference layout (specdec.decoder.bundle.fuse_bundle)."""
     draft_dir = None
     if draft:
         d = resolve(draft)
@@ -25,7 +26,7 @@ def load_bundle(spec: str, parts: tuple[str, ...] = core.PARTS, device="cpu", dt
         # A zoo name loads the zoo's tokenizer without transformers (ZooTokenizer says why); anything else, AutoTokenizer.
         loader = ZooTokenizer if isinstance(paths, dict) else core.load_tokenizer
         return core.load_bundle(paths, parts, device, dtype, draft=draft_dir, eagle=eagle, name=spec,
-                                tokenizer_loader=loader)
+                                tokenizer_loader=loader, fuse=fuse)
     except ModelNotFound as exc:
         if find_zoo(spec) is not None and "rebuild" not in str(exc):
             raise ModelNotFound(f"{exc}; {rebuild_hint(spec)}") from None

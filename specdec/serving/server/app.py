@@ -382,12 +382,21 @@ def warm_up(engine: Engine) -> None:
         return
     engine.generate([[0, 1, 2]], max_new_tokens=4, stop_at_eos=False)
     engine.generate([[0, 1, 2]], max_new_tokens=4, temperature=1.0, stop_at_eos=False)
+    if engine.graphs.compile:  # a compile takes seconds (minutes on a cold cache): every greedy width here, not mid-load
+        for width in warm_widths(engine.capacity)[1:]:
+            engine.generate([[0, 1, 2]] * width, max_new_tokens=4, stop_at_eos=False)
+
+
+def warm_widths(capacity: int) -> list[int]:
+    """The step widths a server meets (Engine.width: powers of two, capped at the capacity)."""
+    return sorted({min(capacity, 1 << i) for i in range(capacity.bit_length() + 1)})
 
 
 def describe(engine: Engine) -> str:
     what = "plain decoding" if engine.proposer is None else f"{engine.method}, k={engine.k}"
     where = torch.cuda.get_device_name() if engine.device.type == "cuda" else "CPU"
-    return f"{what}, up to {engine.capacity} running requests, context {engine.max_len}, {where}"
+    return (f"{what}, up to {engine.capacity} running requests, context {engine.max_len}, {where}"
+            + (", compiled" if engine.graphs.compile else ""))
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)

@@ -387,8 +387,9 @@ def meta_info(job: Job, index: int, p: Progress, speculative: bool, k: int) -> d
         if speculative and p.verify_ct > 0:
             correct = sum(p.accepted)
             histogram = [p.accepted.count(a) for a in range(k + 1)]
-            proposed = p.verify_ct * k
-            meta.update(spec_accept_rate=correct / proposed, spec_accept_length=len(p.output_ids) / p.verify_ct,
+            proposed = p.drafted or p.verify_ct * k  # verify_ct * k, unless the engine's k is adaptive
+            tokens = len(p.output_ids) - p.plain_tokens  # less the tokens of steps without drafts (adaptive k)
+            meta.update(spec_accept_rate=correct / proposed, spec_accept_length=tokens / p.verify_ct,
                         spec_num_correct_drafts=correct, spec_num_proposed_drafts=proposed,
                         spec_verify_ct=p.verify_ct,
                         # the 0.5.16 aliases of the same three numbers (gone in 0.5.23)
@@ -404,12 +405,12 @@ def meta_info(job: Job, index: int, p: Progress, speculative: bool, k: int) -> d
     if first or (p.finished_at is not None and not job.stream):  # SGLang stamps the first chunk and the end
         meta["response_sent_to_client_ts"] = sent
     if request.trace:
-        meta["spec_trace"] = p.trace
+        meta["spec_trace"] = list(p.trace)  # a streamed event's is a Prefix (scheduler._snapshot)
     return meta
 
 
 def generate_response(job: Job, index: int, p: Progress, speculative: bool, k: int) -> dict:
-    out = {"text": p.text, "output_ids": p.output_ids, "meta_info": meta_info(job, index, p, speculative, k)}
+    out = {"text": p.text, "output_ids": list(p.output_ids), "meta_info": meta_info(job, index, p, speculative, k)}
     if job.stream and job.is_batch:
         out["index"] = index
     return out

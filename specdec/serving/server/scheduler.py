@@ -16,9 +16,11 @@ import itertools
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from specdec.decoder.engine import Engine, RowUpdate, SamplingParams
+from specdec.serving.server.detokenize import Detokenizer
 
 log = logging.getLogger("specdec.serve")
 STEP_WINDOW = 40  # steps in a "recent" gauge (SGLang's default --decode-log-interval)
@@ -44,12 +46,44 @@ class Progress:
     text: str = ""
     verify_ct: int = 0  # verify steps of this request
     accepted: list[int] = field(default_factory=list)  # accepted drafts at each verify step
+    drafted: int = 0  # drafts proposed over the verify steps (k each, unless the engine's k is adaptive)
+    plain_tokens: int = 0  # tokens of steps without drafts after the first token (adaptive k chose k = 0)
     trace: list[dict] = field(default_factory=list)
     finish_reason: dict | None = None  # {"type": "length"|"stop"|"abort", ...} when done
     first_token_at: float | None = None
     finished_at: float | None = None
     new_tokens: int = 0  # how many of output_ids arrived with this event
     admitted_at: float | None = None  # when it left the queue for a row (meta_info's queue_time)
+    detok: Detokenizer | None = field(default=None, repr=False, compare=False)  # the text, step by step
+
+
+class Prefix(Sequence):
+    """The first n items of a list that only grows: what a streamed event carries instead of a copy of the
+    whole list (O(1) a step, not O(n)); read as a list by whoever needs one (a JSON response)."""
+
+    __slots__ = ("items", "n")
+
+    def __init__(self, items: list) -> None:
+        self.items, self.n = items, len(items)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return self.items[: self.n][i]
+        if not -self.n <= i < self.n:
+            raise IndexError("Prefix index out of range")
+        return self.items[i % self.n]
+
+    def __iter__(self):
+        return iter(self.items[: self.n])
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, (list, Prefix)) and list(self) == list(other)
+
+    def __repr__(self) -> str:
+        return repr(list(self))
 
 
 class EngineError(RuntimeError):
@@ -255,6 +289,8 @@ class Scheduler:
         handle, p = self.rows[up.slot]
         now = time.monotonic()
         p.first_token_at = p.first_token_at or now
+        if up.accepted < 0 and p.output_ids:  # a step without drafts (not the prefill's first token)
+            p.plain_tokens += len(up.tokens)
         p.output_ids += up.tokens
         p.new_tokens = len(up.tokens)
         if not handle.request.probe:
@@ -262,12 +298,16 @@ class Scheduler:
                 self.counters["generation_tokens"] += len(up.tokens)
         if up.accepted >= 0:  # a verify step: it kept its accepted drafts and one token of the target's
             p.verify_ct += 1
+            p.drafted += len(up.drafts)
             p.accepted.append(len(up.tokens) - 1)
             if handle.request.trace:
                 p.trace.append({"drafts": up.drafts, "accepted": len(up.tokens) - 1, "tokens": up.tokens})
-        if handle.request.stream or handle.request.stop or up.finished:  # the text is needed now
-            p.text = self.tokenizer.decode(p.output_ids, skip_special_tokens=True)  # SGLang's default
-        finish = self._stop_string(handle.request, p)
+        finish = None
+        if handle.request.stream or handle.request.stop:  # the text is needed now: decode only what is new
+            p.detok = p.detok or Detokenizer(self.tokenizer)
+            p.detok.update(p.output_ids)
+            p.text = p.detok.shown
+            finish = self._stop_string(handle.request, p)
         if finish is None and up.finished:
             finish = ({"type": "stop", "matched": p.output_ids[-1]} if up.finished == "stop" else
                       {"type": "length", "length": handle.request.params.max_new_tokens})
@@ -277,24 +317,28 @@ class Scheduler:
                 del self.rows[up.slot]
             self._finish(handle, p, finish)
         elif handle.request.stream:
-            handle.push(_copy(p))
+            handle.push(_snapshot(p))
 
     def _stop_string(self, request: Request, p: Progress) -> dict | None:
-        """The first stop string in the text ends the request there (the string itself is cut)."""
-        hits = [(p.text.find(s), s) for s in request.stop if s and s in p.text]
-        if not hits:
+        """The first stop string in the text ends the request there (the string itself is cut). Searched in
+        the settled and the pending text, as in the whole output decoded; each step only the new part."""
+        hit = p.detok.find(request.stop)
+        if hit is None:
             return None
-        at, s = min(hits)
-        p.text = p.text[:at]
+        at, s = hit
+        p.text = (p.detok.text + p.detok.pending)[:at]
         return {"type": "stop", "matched": s}
 
     def _finish(self, handle: Handle, p: Progress, reason: dict) -> None:
         if reason["type"] != "stop" or isinstance(reason.get("matched"), int):  # a stop string already cut the text
             p.text = self.tokenizer.decode(p.output_ids, skip_special_tokens=True)  # SGLang's default
         p.finish_reason, p.finished_at = reason, time.monotonic()
+        p.detok = None
         handle.done = True
-        handle.push(_copy(p))
+        handle.push(p)  # the row is gone: nothing changes it any more
 
 
-def _copy(p: Progress) -> Progress:
-    return dataclasses.replace(p, output_ids=list(p.output_ids), accepted=list(p.accepted), trace=list(p.trace))
+def _snapshot(p: Progress) -> Progress:
+    """What a streamed event carries: the lists as they are now, without copying them (they only grow)."""
+    return dataclasses.replace(p, output_ids=Prefix(p.output_ids), accepted=Prefix(p.accepted), trace=Prefix(p.trace),
+                               detok=None)

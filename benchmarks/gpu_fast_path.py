@@ -1,0 +1,213 @@
+"""The default `specdec decode` path on a GPU, end to end, as a user runs it: time per output token on random
+weights of the Llama-3.1-8B and Llama-3.2-1B shapes (bf16, batch 1, a 512-token prompt, 256 new tokens, plain
+decoding), each start a process of its own:
+  starts    `specdec decode --random-weights SHAPE --method ar` with every default (fused, CUDA graphs, and
+            --compile auto: compiled, with the persistent compile cache): the first start with an empty cache
+            (it compiles and tunes), then later starts that read the cache; the process's wall time, the
+            compile's own time (its progress line), the time to the first token and per output token after it
+  variants  the same with --compile off, and with --no-fuse --compile off (the checkpoint's layout, as the CLI
+            loaded before issue 21)
+  floor     (weight bytes read by a step + the live KV bytes) / the device-to-device copy rate, measured here
+The JSON and the log are rewritten after each measurement; a failure is recorded and the rest go on; what the
+time budget does not reach is marked skipped.
+
+usage (GPU node): PYTHONPATH=. python3 benchmarks/gpu_fast_path.py --out $OUT/gpu_fast_path.json  (log: .log beside)
+                  [--shapes 8b,1b] [--starts 3] [--budget-s 540] [--cache-dir DIR: default a fresh temporary one]
+       python3 benchmarks/gpu_fast_path.py --smoke --out /tmp/fp.json   (CPU, the zoo's tiny shape, no GPU part: tests)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the repository's specdec, run from anywhere
+
+
+@dataclass
+class Plan:
+    shapes: tuple = ("8b", "1b")
+    prompt_tokens: int = 512
+    new_tokens: int = 256
+    starts: int = 3  # the first (empty cache) and the later ones (the cache read)
+    device_args: tuple = ()  # the CLI's defaults: the GPU, bf16
+    gpu: bool = True  # the copy rate and the floor
+
+    @classmethod
+    def smoke(cls) -> "Plan":
+        return cls(shapes=("tiny",), prompt_tokens=32, new_tokens=16, starts=2, device_args=("--device", "cpu"),
+                   gpu=False)
+
+
+class Run:
+    """The log and the JSON, rewritten after each measurement, and the time budget."""
+
+    def __init__(self, out: Path, budget_s: float):
+        self.out, self.log_path = out, out.with_suffix(".log")
+        self.deadline = time.time() + budget_s
+        self.results: dict = {"env": {}, "floor": {}, "runs": []}
+        self.lines: list[str] = []
+        out.parent.mkdir(parents=True, exist_ok=True)
+
+    def left(self) -> float:
+        return self.deadline - time.time()
+
+    def log(self, line: str) -> None:
+        print(line, flush=True)
+        self.lines.append(line)
+        self.log_path.write_text("\n".join(self.lines) + "\n")
+
+    def save(self) -> None:
+        self.out.write_text(json.dumps(self.results, indent=2) + "\n")
+
+
+def prompt_text(n: int) -> str:
+    """About n tokens of code for the zoo's tokenizer (which the random-weight shapes use)."""
+    from specdec.zoo import resolve
+    from specdec.zoo.tokenizer import ZooTokenizer
+
+    tok = ZooTokenizer(resolve("tiny")["target"])
+    source = "".join(p.read_text() for p in sorted((ROOT / "specdec" / "decoder").glob("*.py")))
+    return tok.decode(tok(source)["input_ids"][:n])
+
+
+def decode(shape: str, plan: Plan, prompt: str, extra: list[str], env: dict, timeout: float) -> dict:
+    """One `specdec decode` process: its JSON's timings, its wall time and the compile's time."""
+    argv = [sys.executable, "-m", "specdec", "decode", "--random-weights", shape, "--method", "ar", "--prompt", prompt,
+            "--max-new-tokens", str(plan.new_tokens), "--json", *plan.device_args, *extra]
+    t0 = time.perf_counter()
+    r = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
+    wall = time.perf_counter() - t0
+    if r.returncode != 0:
+        raise RuntimeError(f"exit status {r.returncode}: {(r.stderr.strip().splitlines() or [''])[-1][:300]}")
+    d = json.loads(r.stdout)
+    compiled = re.search(r"compiled in (\d+) s", r.stderr)
+    return {"process_s": round(wall, 2), "compile_s": int(compiled.group(1)) if compiled else None,
+            "compiled": d["compiled"], "fused": d["fused"], "cuda_graphs": d["cuda_graphs"], "device": d["device"],
+            "prompt_tokens": d["prompt_tokens"][0], "new_tokens": d["new_tokens"], "ttft_ms": 1e3 * d["ttft_s"],
+            "tpot_ms": 1e3 * d["tpot_s"]}
+
+
+def floor_ms(shape: str, plan: Plan, bandwidth: float) -> float:
+    """A plain step's floor at the run's mean context: every weight read once (an untied embedding only its
+    rows), and the keys and values of the live context, at the copy rate."""
+    import torch
+
+    from specdec.zoo.dummy import shape_config, target_bytes
+
+    cfg = shape_config(shape)[0]
+    weights = target_bytes(cfg, torch.bfloat16) - (0 if cfg.tie_word_embeddings else 2 * cfg.vocab_size * cfg.hidden_size)
+    kv_per_token = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * 2
+    context = plan.prompt_tokens + plan.new_tokens / 2
+    return 1e3 * (weights + kv_per_token * context) / bandwidth
+
+
+def environment(plan: Plan) -> dict:
+    import torch
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+    return {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "torch": torch.__version__,
+            "device": torch.cuda.get_device_name() if plan.gpu else "cpu", "commit": commit.stdout.strip(),
+            "plan": asdict(plan)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, default=Path("gpu_fast_path.json"))
+    p.add_argument("--shapes", default=None, help="comma-separated: 8b,1b (default both)")
+    p.add_argument("--starts", type=int, default=None, help="processes with the default flags (default 3)")
+    p.add_argument("--budget-s", type=float, default=540.0, help="stop starting processes after this long")
+    p.add_argument("--cache-dir", default=None, help="the compile cache (default: a fresh temporary folder)")
+    p.add_argument("--smoke", action="store_true", help="CPU, the zoo's tiny shape, no GPU part (the tests)")
+    args = p.parse_args(argv)
+    plan = Plan.smoke() if args.smoke else Plan()
+    if args.shapes:
+        plan.shapes = tuple(args.shapes.split(","))
+    if args.starts:
+        plan.starts = args.starts
+    run = Run(args.out, args.budget_s)
+    cache = args.cache_dir or tempfile.mkdtemp(prefix="specdec-compile-")
+    env = {**os.environ, "SPECDEC_COMPILE_DIR": cache, "PYTHONPATH": str(ROOT)}
+    run.results["env"] = environment(plan)
+    run.log(f"{run.results['env']['device']}, torch {run.results['env']['torch']}, commit "
+            f"{run.results['env']['commit']}; compile cache {cache}")
+    if plan.gpu:
+        import torch
+        from gpu_bench import copy_bandwidth  # benchmarks/ is this script's directory
+
+        bw = copy_bandwidth()
+        torch.cuda.empty_cache()
+        run.results["copy_bytes_per_s"] = bw
+        run.log(f"copy rate {bw / 1e12:.2f} TB/s")
+        for shape in plan.shapes:
+            run.results["floor"][shape] = floor_ms(shape, plan, bw)
+            run.log(f"{shape} floor {run.results['floor'][shape]:.3f} ms per output token")
+    prompt = prompt_text(plan.prompt_tokens)
+    variants = [(f"start {i + 1}", []) for i in range(plan.starts)]
+    variants += [("compile off", ["--compile", "off"]), ("unfused, compile off", ["--no-fuse", "--compile", "off"])]
+    for shape in plan.shapes:
+        for name, extra in variants:
+            entry = {"shape": shape, "variant": name, "flags": " ".join(extra) or "(defaults)"}
+            if run.left() < 30:
+                entry["skipped"] = f"time budget: {run.left():.0f} s left"
+            else:
+                try:
+                    entry.update(decode(shape, plan, prompt, extra, env, timeout=max(30.0, run.left())))
+                except Exception as exc:  # recorded: one failure must not lose the rest of the run
+                    entry["error"] = f"{type(exc).__name__}: {exc}"
+            run.results["runs"].append(entry)
+            run.save()
+            run.log(" ".join(f"{k}={round(v, 3) if isinstance(v, float) else v}" for k, v in entry.items()))
+    for shape in plan.shapes:
+        rows = [e for e in run.results["runs"] if e["shape"] == shape and "tpot_ms" in e]
+        later = [e for e in rows if e["variant"].startswith("start") and e["variant"] != "start 1"]
+        if later:
+            tpot, floor = statistics.median(e["tpot_ms"] for e in later), run.results["floor"].get(shape)
+            compiles = [e["compile_s"] for e in rows if e["variant"].startswith("start")]
+            run.log(f"{shape}: default path {tpot:.3f} ms per output token (median of the later starts)"
+                    + (f", {tpot / floor:.2f}x the floor" if floor else "")
+                    + (f"; compile {compiles[0]} s at the first start, {compiles[1:]} s at the later ones"
+                       if compiles[0] is not None else "; not compiled"))
+    if args.cache_dir is None:  # a temporary cache: its kernels are of no use to a later run of this script
+        shutil.rmtree(cache, ignore_errors=True)
+    return 0
+
+
+# --- docs/results.md: the section its results feed (benchmarks/report.py stitches the sections) ---------------
+
+def render() -> str:
+    from page import load, provenance, table
+
+    data = load("gpu_fast_path.json")
+    if not data:
+        return ""
+    header = ["shape", "run", "flags", "process s", "compile s", "ms to first token", "ms per output token", "x floor"]
+    rows = [[e["shape"], e["variant"], e["flags"], e.get("process_s"), e.get("compile_s"), e.get("ttft_ms"),
+             e.get("tpot_ms"), e["tpot_ms"] / data["floor"][e["shape"]] if e.get("tpot_ms") and
+             e["shape"] in data["floor"] else None] for e in data["runs"]]
+    return f"""### The default `specdec decode` path on random weights
+
+{provenance(["benchmarks/results/gpu_fast_path.json"], data["env"]["device"], "`benchmarks/gpu_fast_path.py`",
+            ["benchmarks/logs/gpu_fast_path.log"], ["benchmarks/results/gpu_fast_path.json"])}
+
+Each row is one `specdec decode --random-weights SHAPE --method ar` process (batch 1, a
+{data["env"]["plan"]["prompt_tokens"]}-token prompt, {data["env"]["plan"]["new_tokens"]} new tokens): start 1 with an
+empty compile cache, later starts reading it.
+
+{table(header, rows)}
+"""
+
+
+if __name__ == "__main__":
+    sys.exit(main())

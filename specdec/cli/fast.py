@@ -1,0 +1,95 @@
+"""What `specdec decode` and `specdec serve` share to run the fast model: the inference layout (q/k/v and
+gate/up fused) by default, the step compiled by torch.compile where a persistent cache makes it cheap
+(on a GPU: the first start compiles for a minute or two, later starts read the cache), and random weights
+in a model's shape to measure it without its checkpoint."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from specdec.cli.common import UsageError
+from specdec.decoder import compile_cache
+from specdec.decoder.bundle import fuse_bundle
+from specdec.zoo import load_bundle
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-fuse", action="store_true",
+                   help="keep q/k/v and gate/up as separate matmuls (default: fused, exact and faster)")
+    p.add_argument("--compile", default="auto", choices=["auto", "on", "off"],
+                   help="torch.compile the decode step inside its CUDA graph (auto: on a GPU with a compile cache)")
+    p.add_argument("--compile-cache", default=None, metavar="DIR",
+                   help=f"where compiled kernels are kept between starts (default: ${compile_cache.CACHE_ENV}, else "
+                        "~/.cache/specdec/compile); 'none': no cache, so auto does not compile")
+    p.add_argument("--adaptive-k", action="store_true",
+                   help="draft 0..k per step, chosen from the batch size and the measured acceptance "
+                        "(specdec/decoder/adaptive.py), instead of k every step")
+    p.add_argument("--random-weights", default=None, metavar="SHAPE",
+                   help="random weights instead of a checkpoint, to measure speed: 8b (Llama 3.1 8B's shape), 1b "
+                        "(Llama 3.2 1B's), or a zoo name or directory whose config.json gives the shape")
+    p.add_argument("--load-format", default="auto", choices=["auto", "dummy"],
+                   help="dummy: random weights in --model's shape (SGLang's name for --random-weights MODEL)")
+
+
+def load(args: argparse.Namespace, parts: tuple[str, ...], device: str, dtype: torch.dtype,
+         draft: str | None = None, eagle: str | None = None):
+    """The bundle a verb decodes with: args.model loaded onto the device (or random weights in a shape),
+    fused unless --no-fuse."""
+    shape = args.random_weights or (args.model if args.load_format == "dummy" else None)
+    if shape is None:
+        return load_bundle(args.model, parts, device=device, dtype=dtype, draft=draft, eagle=eagle,
+                           fuse=not args.no_fuse)
+    from specdec.zoo.dummy import random_bundle
+
+    b = random_bundle(shape, parts, device, dtype)
+    return b if args.no_fuse else fuse_bundle(b)
+
+
+def cache_dir(args: argparse.Namespace) -> Path | None:
+    """The compile cache's root folder, or None for --compile-cache none."""
+    if args.compile_cache is not None and args.compile_cache.lower() == "none":
+        return None
+    return Path(args.compile_cache) if args.compile_cache else compile_cache.cache_root()
+
+
+def compile_choice(mode: str, device_type: str, cuda_graphs: str, cached: bool) -> bool:
+    """--compile: auto compiles only on CUDA, under CUDA graphs, with a persistent cache (else every start
+    would pay minutes of compiling); on needs CUDA graphs, because the compiled step is replayed inside them."""
+    graphs = device_type == "cuda" and cuda_graphs != "off"
+    if mode == "on" and not graphs:
+        where = "CUDA graphs (--cuda-graphs off was given)" if device_type == "cuda" else "a CUDA device"
+        raise UsageError(f"--compile on needs {where}: the compiled step runs inside a CUDA graph; "
+                         f"this run is on {'the CPU' if device_type != 'cuda' else 'CUDA without graphs'}")
+    return mode == "on" or (mode == "auto" and graphs and cached)
+
+
+def setup_compile(args: argparse.Namespace, bundle, device: str) -> bool:
+    """Decide --compile for this run; when compiling with a cache, point torch's caches at this model's folder."""
+    root = cache_dir(args)
+    on = compile_choice(args.compile, torch.device(device).type, args.cuda_graphs, root is not None)
+    if on and root is not None:
+        b = bundle.target
+        shape = {f: getattr(b.config, f) for f in compile_cache.SHAPE_FIELDS}
+        gpu = torch.cuda.get_device_name(torch.device(device))
+        key = compile_cache.cache_key(shape, str(next(b.parameters()).dtype).removeprefix("torch."), gpu,
+                                      torch.__version__)
+        args.compile_dir = compile_cache.use_cache(root / key)
+    return on
+
+
+def compiling(args: argparse.Namespace, engine, warm) -> None:
+    """Run `warm()` (the captures), saying first that it compiles, and how long it took."""
+    if not engine.graphs.compile:
+        warm()
+        return
+    where = getattr(args, "compile_dir", None)
+    print("specdec: compiling the decode step (first start on this GPU: ~1-2 min; later starts read the cache"
+          + (f" in {where})" if where else "; no cache: --compile-cache none)"), file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    warm()
+    print(f"specdec: compiled in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)

@@ -1,0 +1,50 @@
+"""A persistent cache for torch.compile, so that only a model's first start on a GPU pays for compiling.
+
+Inductor keeps compiled graphs (its FX graph cache), Triton kernels and tuned tile sizes (its autotune cache)
+on disk under TORCHINDUCTOR_CACHE_DIR, by default in /tmp, which a reboot or another user's clean-up empties.
+Here they live under a per-user directory, one folder per model shape, dtype, GPU and torch version: a
+second start finds every kernel and tuning result there and skips inductor's minutes of work (tracing still
+runs, a few seconds).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+
+CACHE_ENV = "SPECDEC_COMPILE_DIR"  # where the per-key folders go (default ~/.cache/specdec/compile)
+# What a compiled step's kernels depend on, of a model's config (names of ModelConfig / config.json)
+SHAPE_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                "num_key_value_heads", "head_dim", "attention_bias", "tie_word_embeddings")
+
+
+def cache_root() -> Path:
+    """The folder of every compile cache: $SPECDEC_COMPILE_DIR, else ~/.cache/specdec/compile."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "specdec" / "compile")
+
+
+def cache_key(shape: dict, dtype: str, gpu: str, torch_version: str) -> str:
+    """A folder name for one (model shape, dtype, GPU, torch version): readable first, then a digest of all
+    of it. `shape` holds at least SHAPE_FIELDS (other keys are ignored: a name or a path does not change
+    a kernel)."""
+    kept = {f: shape.get(f) for f in SHAPE_FIELDS}
+    text = json.dumps([kept, dtype, gpu, torch_version], sort_keys=True)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    readable = f"{gpu}-torch{torch_version}-{dtype}-L{kept['num_hidden_layers']}-H{kept['hidden_size']}"
+    return re.sub(r"[^A-Za-z0-9.+-]+", "_", readable) + "-" + digest
+
+
+def use_cache(directory: Path) -> Path:
+    """Point inductor's on-disk caches (FX graphs, Triton kernels, autotuning) at `directory`, created if
+    need be. Call it before the first compile of the process."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(directory)
+    import torch._inductor.config as inductor  # heavy: imported only when compiling
+
+    inductor.fx_graph_cache = True
+    inductor.autotune_local_cache = True
+    return directory
