@@ -16,6 +16,7 @@ from specdec.cli.common import UsageError
 from specdec.decoder import compile_cache
 from specdec.decoder.bundle import fuse_bundle
 from specdec.zoo import load_bundle
+from specdec.zoo.dummy import random_bundle
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -44,8 +45,6 @@ def load(args: argparse.Namespace, parts: tuple[str, ...], device: str, dtype: t
     if shape is None:
         return load_bundle(args.model, parts, device=device, dtype=dtype, draft=draft, eagle=eagle,
                            fuse=not args.no_fuse)
-    from specdec.zoo.dummy import random_bundle
-
     b = random_bundle(shape, parts, device, dtype)
     return b if args.no_fuse else fuse_bundle(b)
 

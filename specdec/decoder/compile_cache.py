@@ -15,6 +15,8 @@ import os
 import re
 from pathlib import Path
 
+import torch  # its _inductor loads lazily, on first use: below, only when compiling
+
 CACHE_ENV = "SPECDEC_COMPILE_DIR"  # where the per-key folders go (default ~/.cache/specdec/compile)
 # What a compiled step's kernels depend on, of a model's config (names of ModelConfig / config.json)
 SHAPE_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
@@ -43,8 +45,6 @@ def use_cache(directory: Path) -> Path:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(directory)
-    import torch._inductor.config as inductor  # heavy: imported only when compiling
-
-    inductor.fx_graph_cache = True
-    inductor.autotune_local_cache = True
+    torch._inductor.config.fx_graph_cache = True
+    torch._inductor.config.autotune_local_cache = True
     return directory
