@@ -51,7 +51,7 @@ TOPICS = [
     ("The zoo end to end", [("gpu_bench", "render_e2e"), ("cpu_bench", "render"), ("gpu_decode_compare", "render_first"),
                             ("gpu_decode_compare", "render_engine")]),
     ("Serving: SGLang and specdec serve", [("sglang_zoo_check", "render"), ("serve_cpu_bench", "render"),
-                                           ("gpu_lab3", "render_zoo")]),
+                                           ("gpu_lab3", "render_zoo"), ("gpu_fast_path_sglang", "render_serve")]),
     ("Where speculation stops paying", [("gpu_lab3", "render_where")]),
     ("Grading a class", [("grade_class", "render")]),
 ]

@@ -103,7 +103,7 @@ def test_the_cache_lives_where_the_environment_says(tmp_path, monkeypatch):
 @pytest.mark.parametrize("mode,device,graphs,cached,expect", [
     ("auto", "cpu", "auto", True, False), ("off", "cuda", "auto", True, False), ("auto", "cuda", "auto", True, True),
     ("auto", "cuda", "auto", False, False), ("auto", "cuda", "off", True, False), ("on", "cuda", "auto", False, True)])
-def test_compile_auto_is_on_only_on_a_gpu_with_a_cache(mode, device, graphs, cached, expect):
+def test_compile_auto_is_on_only_on_a_gpu_whose_cache_holds_the_kernels(mode, device, graphs, cached, expect):
     from specdec.cli.fast import compile_choice
 
     assert compile_choice(mode, device, graphs, cached) is expect

@@ -23,7 +23,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-fuse", action="store_true",
                    help="keep q/k/v and gate/up as separate matmuls (default: fused, exact and faster)")
     p.add_argument("--compile", default="auto", choices=["auto", "on", "off"],
-                   help="torch.compile the decode step inside its CUDA graph (auto: on a GPU with a compile cache)")
+                   help="torch.compile the decode step inside its CUDA graph (auto: on a GPU where an earlier "
+                        "--compile on start left this model's kernels in the compile cache)")
     p.add_argument("--compile-cache", default=None, metavar="DIR",
                    help=f"where compiled kernels are kept between starts (default: ${compile_cache.CACHE_ENV}, else "
                         "~/.cache/specdec/compile); 'none': no cache, so auto does not compile")
@@ -57,8 +58,11 @@ def cache_dir(args: argparse.Namespace) -> Path | None:
 
 
 def compile_choice(mode: str, device_type: str, cuda_graphs: str, cached: bool) -> bool:
-    """--compile: auto compiles only on CUDA, under CUDA graphs, with a persistent cache (else every start
-    would pay minutes of compiling); on needs CUDA graphs, because the compiled step is replayed inside them."""
+    """--compile: auto compiles only on CUDA, under CUDA graphs, where the compile cache already holds this
+    model's kernels (`cached`: an earlier `--compile on` start wrote them). A first compile costs minutes (on an
+    H200, 2026-11-27: 82 s for an 8B-shaped `specdec decode`, 223 s for a zoo server capturing every batch
+    width) and a start from the cache still 27 to 30 s, so a plain start does not pay it unasked (issue 21's
+    log: benchmarks/logs/gpu_fast_path_sglang.log). on needs CUDA graphs: the compiled step is replayed in them."""
     graphs = device_type == "cuda" and cuda_graphs != "off"
     if mode == "on" and not graphs:
         where = "CUDA graphs (--cuda-graphs off was given)" if device_type == "cuda" else "a CUDA device"
@@ -69,15 +73,17 @@ def compile_choice(mode: str, device_type: str, cuda_graphs: str, cached: bool) 
 
 def setup_compile(args: argparse.Namespace, bundle, device: str) -> bool:
     """Decide --compile for this run; when compiling with a cache, point torch's caches at this model's folder."""
-    root = cache_dir(args)
-    on = compile_choice(args.compile, torch.device(device).type, args.cuda_graphs, root is not None)
-    if on and root is not None:
+    root, folder = cache_dir(args), None
+    if root is not None and torch.device(device).type == "cuda":
         b = bundle.target
         shape = {f: getattr(b.config, f) for f in compile_cache.SHAPE_FIELDS}
         gpu = torch.cuda.get_device_name(torch.device(device))
-        key = compile_cache.cache_key(shape, str(next(b.parameters()).dtype).removeprefix("torch."), gpu,
-                                      torch.__version__)
-        args.compile_dir = compile_cache.use_cache(root / key)
+        folder = root / compile_cache.cache_key(shape, str(next(b.parameters()).dtype).removeprefix("torch."), gpu,
+                                                torch.__version__)
+    warm = folder is not None and folder.is_dir() and any(folder.iterdir())
+    on = compile_choice(args.compile, torch.device(device).type, args.cuda_graphs, warm)
+    if on and folder is not None:
+        args.compile_dir = compile_cache.use_cache(folder)
     return on
 
 
