@@ -134,11 +134,14 @@ def test_the_servers_acceptance_counts_only_the_steps_that_drafted(tiny_bundle, 
     s = Scheduler(engine, tiny_bundle.tokenizer)
     events = []
     handle = SimpleNamespace(request=Request(code_prompts[0], SamplingParams(max_new_tokens=40, stop_at_eos=False),
-                                             stream=False), done=False, push=events.append)
+                                             stream=False), done=False, push=events.append,
+                             events=SimpleNamespace(put_nowait=events.append),
+                             loop=SimpleNamespace(call_soon_threadsafe=lambda fn, *args: fn(*args)))
     s._admit([handle])
     while engine.live:
         for up in engine.step():
             s._deliver(up)
+        s._flush()
     (p,) = events
     assert p.verify_ct == len(p.accepted) > 0
     drafting = itertools.cycle([k for k in ks if k])  # the k of each verify step, in turn

@@ -55,9 +55,16 @@ def test_the_text_shown_after_each_step_is_the_whole_decode_less_a_half_characte
     assert held > 0  # some steps ended in half a character (held back)
 
 
+class Events(list):
+    put_nowait = list.append  # the asyncio.Queue a real handle has
+
+
 class FakeHandle:
+    """A caller whose event loop runs what the scheduler hands it at once (the scheduler's _flush)."""
+
     def __init__(self, request: Request):
-        self.request, self.done, self.events = request, False, []
+        self.request, self.done, self.events = request, False, Events()
+        self.loop = SimpleNamespace(call_soon_threadsafe=lambda fn, *args: fn(*args))
 
     def push(self, event) -> None:
         self.events.append(event)
@@ -77,6 +84,7 @@ def serve(tokenizer, ids: list[int], stop=(), seed=0, stream=True) -> list[Progr
         last = "length" if i == len(pieces) - 1 else None
         step = RowUpdate(0, piece, len(piece) - 1, 4, last, [0] * 4) if i else RowUpdate(0, piece, -1, 0, last)
         s._deliver(step)
+        s._flush()
     return h.events
 
 

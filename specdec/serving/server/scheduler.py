@@ -107,6 +107,12 @@ class Handle:
             self.scheduler.cancel(self)
 
 
+def _put_all(events: list[tuple[Handle, object]]) -> None:
+    """On the event loop's thread: one step's events, each onto its caller's queue, in order."""
+    for handle, event in events:
+        handle.events.put_nowait(event)
+
+
 class Scheduler:
     def __init__(self, engine: Engine, tokenizer):
         self.engine, self.tokenizer = engine, tokenizer
@@ -122,6 +128,10 @@ class Scheduler:
         self.step_times: dict[int, collections.deque] = {}  # running rows -> recent step seconds
         self.error: BaseException | None = None  # set if the engine loop died
         self.admitting: list[Handle] = []
+        # one step's events and generated tokens, handed over once per step (not once per row: at 64 rows the
+        # wake-ups of the event loop and the lock, 64 each per step, cost the GPU's idle time)
+        self.outbox: list[tuple[Handle, object]] = []
+        self.generated = 0
         self.thread = threading.Thread(target=self._run, name="specdec-engine", daemon=True)
 
     # -- the caller's side (any thread) ----------------------------------------------------------
@@ -223,13 +233,30 @@ class Scheduler:
                     updates = self.engine.step()
                     seconds = time.perf_counter() - t0
                     self._record(updates, seconds)
-                    for up in updates:
-                        self._deliver(up)
+                    try:
+                        for up in updates:
+                            self._deliver(up)
+                    finally:
+                        self._flush()
                 except Exception as exc:  # one step failed: its rows fail with a 500, the engine goes on
                     log.exception("a decode step failed; its requests are ended")
                     self._fail_running(EngineError(f"a decode step failed: {type(exc).__name__}: {exc}"))
         for handle, progress in list(self.rows.values()):  # shutting down: end what is running
             self._finish(handle, progress, {"type": "abort", "message": "the server is shutting down"})
+        self._flush()
+
+    def _flush(self) -> None:
+        """Hand the step's events to the callers' event loops, one call per loop, and count its tokens."""
+        events, self.outbox = self.outbox, []
+        if self.generated:
+            with self.cv:
+                self.counters["generation_tokens"] += self.generated
+            self.generated = 0
+        loops: dict[int, tuple] = {}  # id(loop) -> (loop, its events)
+        for handle, event in events:
+            loops.setdefault(id(handle.loop), (handle.loop, []))[1].append((handle, event))
+        for loop, batch in loops.values():
+            loop.call_soon_threadsafe(_put_all, batch)
 
     def _drop_cancelled(self) -> None:
         if not self.cancelled:
@@ -270,8 +297,11 @@ class Scheduler:
                 if not h.request.probe:
                     self.counters["requests"] += 1
                     self.counters["prompt_tokens"] += len(h.request.prompt_ids)
-        for up in updates:
-            self._deliver(up)
+        try:
+            for up in updates:
+                self._deliver(up)
+        finally:
+            self._flush()
 
     def _record(self, updates: list[RowUpdate], seconds: float) -> None:
         tokens = sum(len(u.tokens) for u in updates)
@@ -294,8 +324,7 @@ class Scheduler:
         p.output_ids += up.tokens
         p.new_tokens = len(up.tokens)
         if not handle.request.probe:
-            with self.cv:
-                self.counters["generation_tokens"] += len(up.tokens)
+            self.generated += len(up.tokens)
         if up.accepted >= 0:  # a verify step: it kept its accepted drafts and one token of the target's
             p.verify_ct += 1
             p.drafted += len(up.drafts)
@@ -317,7 +346,7 @@ class Scheduler:
                 del self.rows[up.slot]
             self._finish(handle, p, finish)
         elif handle.request.stream:
-            handle.push(_snapshot(p))
+            self.outbox.append((handle, _snapshot(p)))
 
     def _stop_string(self, request: Request, p: Progress) -> dict | None:
         """The first stop string in the text ends the request there (the string itself is cut). Searched in
@@ -335,7 +364,7 @@ class Scheduler:
         p.finish_reason, p.finished_at = reason, time.monotonic()
         p.detok = None
         handle.done = True
-        handle.push(p)  # the row is gone: nothing changes it any more
+        self.outbox.append((handle, p))  # the row is gone: nothing changes it any more
 
 
 def _snapshot(p: Progress) -> Progress:
