@@ -7,6 +7,7 @@ The interface, in the order the engine calls it:
   propose(rows, k, u) -> drafts, q         drafts [B, k]; q [B, k, V] they were drawn from, or
                                            None when every row is greedy or the proposer is
                                            deterministic; u [B, k] uniforms for sampled rows
+  propose_tree(rows, shape) -> TreeDrafts  instead of propose at topk > 1 (tree.py): mtp and eagle only
   accepted(rows, hidden, count)            the target verified: count [B] tokens were kept,
                                            hidden [B, k+1, H] its states at the block's positions
 A proposer's own KV cache commits in step with the target's, so its `lengths` mean the same, and
@@ -22,6 +23,7 @@ import torch
 from specdec.decoder.cuda_graphs import Graphs
 from specdec.decoder.kv_cache import KVCache
 from specdec.decoder.step import Rows
+from specdec.decoder.tree import TreeDrafts, TreeShape, grow, tree_mask
 from specdec.decoder.verify import sample
 
 
@@ -65,6 +67,12 @@ class Proposer:
     def propose(self, rows: Rows, k: int, u: torch.Tensor):
         raise NotImplementedError
 
+    trees = False  # drafts a distribution per depth, so can grow a tree (propose_tree)
+
+    def propose_tree(self, rows: Rows, shape: TreeShape) -> TreeDrafts:
+        """A tree of drafts per row (tree.py), deterministic: the verify treats them as one-hot."""
+        raise NotImplementedError(f"{self.name} drafts a chain only")
+
     def accepted(self, rows: Rows, hidden: torch.Tensor, count: torch.Tensor) -> None:
         pass
 
@@ -78,6 +86,8 @@ class FeatureDraftProposer(Proposer):
     the last of them gives the first draft. Drafts 2..k feed the layer its own output state and its
     own proposed token, as SGLang's NEXTN and EAGLE workers do.
     """
+
+    trees = True
 
     def __init__(self, module, target, name: str) -> None:
         self.module, self.target, self.name = module, target, name
@@ -105,14 +115,19 @@ class FeatureDraftProposer(Proposer):
         self.fresh[start:start + n, 0] = last_valid(hidden, lengths)
         self.fresh_count[start:start + n] = 1
 
-    def propose(self, rows, k, u):
+    def _extend(self, rows, k):
+        """Read the target's fresh states into the layer's cache: the cache, and the layer's state [B, 1, H] and
+        logits [B, V] at the last of them (what it predicts after the pending token: draft 1)."""
         B = rows.tokens.shape[0]
         cache, fresh, count = self.cache.rows(0, B, rows.span), self.fresh[:B], self.fresh_count[:B]
         pos = cache.positions(k + 1)  # [B, k+1]: where the fresh states sit
         ids = rows.tokens.gather(1, (pos + 1).clamp(max=rows.tokens.shape[1] - 1))  # x_t+1 after each
         g, logits = self.graphs("extend", lambda *a: self._step(cache, *a), fresh, ids, pos, span=rows.span)
-        g, logits = last_valid(g, count).unsqueeze(1), last_valid(logits, count)  # [B, 1, H], [B, V]
         cache.commit(count, check=False)
+        return cache, last_valid(g, count).unsqueeze(1), last_valid(logits, count)
+
+    def propose(self, rows, k, u):
+        cache, g, logits = self._extend(rows, k)
         p = rows.lengths.unsqueeze(1)  # the pending token's position: draft 2 is computed there
 
         def step(i, d):  # the layer reads its own output state and its own proposal
@@ -121,6 +136,18 @@ class FeatureDraftProposer(Proposer):
             return out[:, 0]
 
         return autoregress(logits, k, rows, u, step)
+
+    def propose_tree(self, rows, shape):
+        cache, g, logits = self._extend(rows, shape.num_steps)
+        L = rows.lengths
+
+        def forward(depth, states, tokens, fed_parents):  # the fed nodes sit at slots L.., the last K fed now
+            M, K = fed_parents.shape[1], tokens.shape[1]
+            slots = L.unsqueeze(1) + torch.arange(M - K, M, device=L.device)  # [B, K]
+            view = cache.tree(slots, tree_mask(L, fed_parents, rows.span or cache.max_len)[:, M - K:])
+            return self._step(view, states, tokens, (L + depth - 1).unsqueeze(1).expand(-1, K))
+
+        return grow(logits, g, shape, forward)
 
     def accepted(self, rows, hidden, count):
         B = hidden.shape[0]
