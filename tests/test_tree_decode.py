@@ -147,6 +147,13 @@ def test_greedy_tree_equals_plain(tiny_bundle, plain, code_prompts, method, num_
     assert 1.0 <= res.stats.tau <= num_steps + 1 and res.steps < plain.steps
 
 
+def test_under_graphs_a_tree_runs_eagerly_and_equals_plain(tiny_bundle, plain, code_prompts):
+    """The emulated graphs (the CPU twin of CUDA graphs): the drafter's extend replays its capture, the tree's
+    own passes run eagerly over the graphs' span buckets."""
+    eng = Engine(tiny_bundle, "mtp", k=3, topk=2, num_draft_tokens=6, cuda_graphs="emulate", min_span=64)
+    assert eng.generate(code_prompts, max_new_tokens=N).tokens == plain.tokens
+
+
 @pytest.mark.parametrize("method", ["eagle", "mtp"])
 def test_a_topk_1_tree_is_the_chain(tiny_bundle, engine, plain, code_prompts, method):
     """The tree's path at topk 1 (forced here: the engine runs the chain itself) drafts and accepts what the chain does."""
@@ -168,3 +175,22 @@ def test_a_tree_accepts_at_least_the_chain_of_its_depth(tiny_bundle, engine, cod
           + "; ".join(f"topk {t} num_draft_tokens {n}: {a:.2f}" for (t, n), a in trees.items()))
     assert all(a >= chain for a in trees.values())
     assert trees[4, 16] >= chain + 0.3
+
+
+def test_decode_takes_sglang_s_tree_flags(capsys):
+    """`specdec decode --topk --num-steps --num-draft-tokens`, in this process; bad combinations are one line."""
+    import json
+
+    from specdec.cli import main
+
+    tree = ["--topk", "2", "--num-steps", "3", "--num-draft-tokens", "6"]
+    assert main(["decode", "--model", "tiny", "--method", "eagle", *tree, "--max-new-tokens", "24", "--compare",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["k"], out["topk"], out["num_draft_tokens"], out["same_as_plain"]) == (3, 2, 6, True)
+    for args, says in ((["--method", "heads", "--topk", "2"], "heads drafts a chain"),
+                       (["--num-steps", "3", "--k", "4"], "disagree"),
+                       (["--topk", "1", "--num-draft-tokens", "3"], "topk 1 is a chain")):
+        assert main(["decode", "--model", "tiny", *args]) == 2
+        err = capsys.readouterr().err.strip()
+        assert says in err and len(err.splitlines()) == 1, err
