@@ -12,12 +12,14 @@ from specdec.decoder.engine import Engine
 from specdec.sim.stats import chi_square_test
 
 
-def tree_chi2(bundle, method, topk, num_draft_tokens, n=4, seed=0):  # noqa: F811
-    joint = exact_joint(bundle.target, n)
+def tree_chi2(bundle, method, topk, num_draft_tokens, n=4, seed=0, top_p=1.0, top_k=0):  # noqa: F811
+    joint = exact_joint(bundle.target, n, top_p, top_k)
     index = {s: i for i, s in enumerate(joint)}
     dec = Engine(bundle, method, k=2, topk=topk, num_draft_tokens=num_draft_tokens, max_batch=N_ROWS, max_len=24,
                  cuda_graphs="off")
-    res = dec.generate([PROMPT] * N_ROWS, max_new_tokens=n, temperature=T, seed=seed, stop_at_eos=False)
+    res = dec.generate([PROMPT] * N_ROWS, max_new_tokens=n, temperature=T, seed=seed, stop_at_eos=False, top_p=top_p,
+                       top_k=top_k)
+    assert all(tuple(t) in index for t in res.tokens), "a token outside the (truncated) target distribution"
     return chi_square_test([index[tuple(t)] for t in res.tokens], list(joint.values())), res
 
 
@@ -26,6 +28,12 @@ def test_a_sampled_tree_keeps_the_target_distribution(bundle, method, topk, num_
     result, res = tree_chi2(bundle, method, topk, num_draft_tokens)
     hist = res.stats.histogram  # verify steps with 0, 1, 2 drafts accepted
     assert hist[0] > 300 and hist[1] > 300 and hist[2] > 50, hist  # rejections, depth-2 walks, bonus tokens
+    assert result.pvalue > 1e-3, f"chi2 {result.statistic:.1f} on {result.dof} dof, p = {result.pvalue:.2e}"
+
+
+def test_a_sampled_tree_keeps_the_truncated_distribution(bundle):  # noqa: F811
+    """top-k 3: a candidate outside the target's three likeliest has p = 0 there and is always rejected."""
+    result, _ = tree_chi2(bundle, "mtp", 3, 10, top_k=3)
     assert result.pvalue > 1e-3, f"chi2 {result.statistic:.1f} on {result.dof} dof, p = {result.pvalue:.2e}"
 
 

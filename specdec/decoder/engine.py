@@ -8,7 +8,8 @@ tensors (step.Rows). A step runs on slots 0..width-1 and free rows ride along, s
 graphs one capture per width serves every mix of rows. Attention reads only the slots the rows
 have filled: the host knows every row's length from what it was told at the step's one sync, so
 it picks the span without asking the device (under graphs a power-of-two bucket, one capture per
-bucket). Shapes: B rows, k drafts, V vocabulary.
+bucket). At topk > 1 the proposer drafts a tree instead of a chain (tree.py), which step.tree_verify
+verifies and commits, eagerly even under graphs. Shapes: B rows, k drafts, V vocabulary.
 """
 
 from __future__ import annotations
