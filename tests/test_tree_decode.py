@@ -154,6 +154,26 @@ def test_under_graphs_a_tree_runs_eagerly_and_equals_plain(tiny_bundle, plain, c
     assert eng.generate(code_prompts, max_new_tokens=N).tokens == plain.tokens
 
 
+def test_after_a_tree_step_the_committed_cache_is_what_a_prefill_writes(tiny_bundle, code_prompts):
+    """The accepted path's keys and values, moved into place, are those of the committed tokens read in order."""
+    from specdec.decoder.kv_cache import KVCache
+    from specdec.decoder.engine import SamplingParams
+
+    eng = Engine(tiny_bundle, "eagle", k=4, topk=4, num_draft_tokens=12, cuda_graphs="off")
+    eng.admit(code_prompts, SamplingParams(max_new_tokens=30))
+    moved = 0
+    for _ in range(3):
+        moved += sum(max(0, len(up.tokens) - 1) for up in eng.step())
+    assert moved > 0  # some drafts were accepted, so some keys and values were moved
+    for b in range(len(code_prompts)):
+        L = int(eng.cache.lengths[b])
+        fresh = KVCache.for_model(eng.target, 1, L)
+        eng.target(eng.rows.tokens[b : b + 1, :L], torch.arange(L).unsqueeze(0), fresh)
+        for layer in range(len(fresh.k)):
+            assert torch.allclose(eng.cache.k[layer][b, :, :L], fresh.k[layer][0], atol=1e-5)
+            assert torch.allclose(eng.cache.v[layer][b, :, :L], fresh.v[layer][0], atol=1e-5)
+
+
 @pytest.mark.parametrize("method", ["eagle", "mtp"])
 def test_a_topk_1_tree_is_the_chain(tiny_bundle, engine, plain, code_prompts, method):
     """The tree's path at topk 1 (forced here: the engine runs the chain itself) drafts and accepts what the chain does."""
