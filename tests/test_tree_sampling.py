@@ -23,7 +23,7 @@ def tree_chi2(bundle, method, topk, num_draft_tokens, n=4, seed=0, top_p=1.0, to
     return chi_square_test([index[tuple(t)] for t in res.tokens], list(joint.values())), res
 
 
-@pytest.mark.parametrize("method,topk,num_draft_tokens", [("eagle", 2, 7), ("mtp", 3, 10)])
+@pytest.mark.parametrize("method,topk,num_draft_tokens", [("eagle", 2, 7), ("mtp", 3, 10), ("heads", 3, 8)])
 def test_a_sampled_tree_keeps_the_target_distribution(bundle, method, topk, num_draft_tokens):  # noqa: F811
     result, res = tree_chi2(bundle, method, topk, num_draft_tokens)
     hist = res.stats.histogram  # verify steps with 0, 1, 2 drafts accepted

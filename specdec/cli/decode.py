@@ -34,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--k", type=int, default=None, help="drafts per verify step (static k, default 4): a tree's depth")
     p.add_argument("--num-steps", type=int, default=None, help="SGLang's name for --k (draft depth)")
     p.add_argument("--topk", type=int, default=1,
-                   help="candidates per node: > 1 drafts a tree (mtp, eagle; as SGLang's --speculative-eagle-topk)")
+                   help="candidates per node: > 1 drafts a tree (mtp, eagle, heads; SGLang's --speculative-eagle-topk)")
     p.add_argument("--num-draft-tokens", type=int, default=None,
                    help="tokens the target verifies, the root included (SGLang's); default k + 1 at topk 1, "
                         "else k x topk + 1")

@@ -121,7 +121,7 @@ class Engine:
         self.tree = self.shape if topk > 1 else None  # None: the chain, as ever
         if self.tree is not None and not (self.proposer is not None and self.proposer.trees):
             what = "plain decoding drafts nothing" if self.proposer is None else f"{self.method} drafts a chain"
-            raise ValueError(f"topk {topk} needs a proposer that drafts a tree (mtp, eagle); {what}")
+            raise ValueError(f"topk {topk} needs a proposer that drafts a tree (mtp, eagle, heads); {what}")
         self.block = self.shape.slots if self.tree is not None else k + 1  # slots a step writes past the committed
         self.max_len = max_len or min(self.target.config.max_position_embeddings, 2048)
         self.min_span = min_span

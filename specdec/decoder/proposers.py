@@ -7,7 +7,7 @@ The interface, in the order the engine calls it:
   propose(rows, k, u) -> drafts, q         drafts [B, k]; q [B, k, V] they were drawn from, or
                                            None when every row is greedy or the proposer is
                                            deterministic; u [B, k] uniforms for sampled rows
-  propose_tree(rows, shape) -> TreeDrafts  instead of propose at topk > 1 (tree.py): mtp and eagle only
+  propose_tree(rows, shape) -> TreeDrafts  instead of propose at topk > 1 (tree.py): mtp, eagle, heads
   accepted(rows, hidden, count)            the target verified: count [B] tokens were kept,
                                            hidden [B, k+1, H] its states at the block's positions
 A proposer's own KV cache commits in step with the target's, so its `lengths` mean the same, and
@@ -174,11 +174,25 @@ class HeadsProposer(Proposer):
         n = hidden.shape[0]
         self.last[start:start + n] = last_valid(hidden, rows.lengths[start:start + n])
 
-    def propose(self, rows, k, u):
+    def _logits(self, rows, k):
         h = self.last[: rows.tokens.shape[0]]
-        logits = self.graphs("heads", lambda x: self.target.lm_head(self.heads(x)), h)[:, :k]  # [B, k, V]
+        return self.graphs("heads", lambda x: self.target.lm_head(self.heads(x)), h)[:, :k]  # [B, k, V]
+
+    def propose(self, rows, k, u):
+        logits = self._logits(rows, k)
         drafts, qs = zip(*(choose(logits[:, i], rows, u[:, i]) for i in range(k)))
         return torch.stack(drafts, 1), None if qs[0] is None else torch.stack(qs, 1)
+
+    trees = True
+
+    def propose_tree(self, rows, shape):
+        """Medusa's tree: head d's distribution serves every node at depth d + 1, whatever its parent."""
+        logits = self._logits(rows, shape.num_steps)
+
+        def forward(depth, states, tokens, fed_parents):
+            return states, logits[:, depth].unsqueeze(1).expand(-1, tokens.shape[1], -1)
+
+        return grow(logits[:, 0], self.last[: rows.tokens.shape[0]].unsqueeze(1), shape, forward)
 
     def accepted(self, rows, hidden, count):
         self.last[: hidden.shape[0]].copy_(last_valid(hidden, count))
