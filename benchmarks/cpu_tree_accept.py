@@ -1,5 +1,5 @@
 """Draft trees against the chain on the zoo: accept length (tau = accepted drafts + 1 per verify) of the EAGLE
-head and the MTP layer, greedy, fp32 on the CPU, on the zoo figures' prompts of each category (specdec.zoo.evaluate),
+head, the MTP layer and the parallel MTP heads (Medusa's tree), greedy, fp32 on the CPU, on the zoo figures' prompts of each category (specdec.zoo.evaluate),
 for the chain of depth k and trees of the same depth, and for the chains that verify as many tokens as the
 trees do (k = num_draft_tokens - 1), each run checked token for token against plain decoding.
 
@@ -39,12 +39,13 @@ def main() -> None:
     corpus = build_corpus(seed=RECIPES[meta["recipe"]].seed)
     prompts = category_prompts(tokenized_heldout(tok, corpus), args.prompts, args.new_tokens, bundle.eos_token_ids[0])
     max_len = max(len(x) for ps in prompts.values() for x in ps) + args.new_tokens + 4 * args.depth * 4 + max(WIDE)
+    heads = bundle.heads.num_heads
     print(f"{datetime.date.today()}, tiny zoo, fp32 CPU, greedy, {args.prompts} prompts per category, "
           f"{args.new_tokens} new tokens, depth (num_steps) {args.depth}; tau = accepted drafts + 1 per verify step")
     print(f"{'method':6s} {'category':12s} " + " ".join(f"{'chain' if t == 1 else f'topk {t} ndt {n}':>14s}"
                                                     for t, n in SHAPES)
           + "".join(f"{f'chain k {k}':>14s}" for k in WIDE) + "  same as plain")
-    for method in ("eagle", "mtp"):
+    for method in ("eagle", "mtp", "heads"):
         for c in CATEGORIES:
             def run(m, **kw):
                 return Engine(bundle, m, max_batch=len(prompts[c]), max_len=max_len, cuda_graphs="off",
@@ -52,10 +53,11 @@ def main() -> None:
 
             plain = run("ar")
             res = [run(method, k=args.depth, topk=t, num_draft_tokens=n) for t, n in SHAPES]
-            res += [run(method, k=k) for k in WIDE]
-            same = all(r.tokens == plain.tokens for r in res)
+            wide = [run(method, k=k) for k in WIDE if k <= heads or method != "heads"]  # heads: no deeper chain
+            same = all(r.tokens == plain.tokens for r in res + wide)
             print(f"{method:6s} {c:12s} " + " ".join(f"{r.stats.tau:8.2f} ± {r.stats.tau_stderr:.2f}" for r in res)
-                  + f"  {same}", flush=True)
+                  + "".join(f"{r.stats.tau:8.2f} ± {r.stats.tau_stderr:.2f}" for r in wide)
+                  + " " * 14 * (len(WIDE) - len(wide)) + f"  {same}", flush=True)
     print(f"({time.time() - t0:.0f} s)")
 
 
