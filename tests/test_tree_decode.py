@@ -95,6 +95,40 @@ def test_several_candidates_are_lab1_multi_draft_verify(dense):
     assert 0 < (want_index < 0).mean() < 0.9  # every branch was taken
 
 
+def test_tree_accept_is_lab1_s_rule_level_by_level():
+    """The sampled walk against the numpy reference applied node by node with the same uniforms: the children of
+    the current node are the candidates (q one-hot on each), the accepted one is the next node, else the token is
+    drawn from what r became (p at a node without children: the bonus)."""
+    torch.manual_seed(1)
+    rng = np.random.default_rng(1)
+    B, V, shape = 300, 5, TreeShape.make(3, 2, 6)
+    tree = grow(torch.randn(B, V) * 2, torch.zeros(B, 1, 1), shape,
+                lambda depth, states, tokens, fed: (states, torch.randn(B, tokens.shape[1], V) * 2))
+    tokens, parents, depths = tree.block(torch.zeros(B, dtype=torch.long))
+    N, K, D = tokens.shape[1], shape.topk, shape.num_steps
+    p = rng.dirichlet(np.ones(V) * 0.7, size=(B, N))
+    u = rng.random((B, D * K + 1))
+    accepted, last, next_token = torch_rules.tree_accept(tokens, parents, depths, D, K, torch.tensor(p),
+                                                         torch.tensor(u))
+    for b in range(B):
+        node, dist = 0, None
+        for level in range(D):
+            kids = [c for c in range(N) if parents[b, c] == node]
+            if not kids:
+                break
+            cand = tokens[b, kids].numpy()
+            index, r = reference.multi_draft_verify_batch(p[b, node], np.eye(V)[cand][None], cand[None],
+                                                          u[b, level * K : level * K + len(kids)][None])
+            if index[0] < 0:
+                dist = r[0]
+                break
+            node = kids[index[0]]
+        dist = p[b, node] if dist is None else dist
+        want = torch_rules.sample(torch.tensor(dist), torch.tensor(u[b, -1]))
+        assert (int(last[b]), int(accepted[b]), int(next_token[b])) == (node, int(depths[b, node]), int(want))
+    assert 0 < (accepted == 0).float().mean() < 1 and (accepted == D).any()  # rejections, and full-depth walks
+
+
 def test_grow_reranks_and_keeps_every_parent():
     torch.manual_seed(0)
     B, V, H = 5, 11, 4
