@@ -31,6 +31,11 @@ _WHERE: dict[str, str] = {
     "OracleProposer": "specdec.decoder.proposers:OracleProposer",
     "accept": "specdec.decoder.verify:accept",
     "greedy_accept": "specdec.decoder.verify:greedy_accept",
+    # ... draft trees (topk > 1): the shape, the drafts, the mask, the greedy walk
+    "TreeShape": "specdec.decoder.tree:TreeShape",
+    "TreeDrafts": "specdec.decoder.tree:TreeDrafts",
+    "tree_mask": "specdec.decoder.tree:tree_mask",
+    "tree_greedy_accept": "specdec.decoder.verify:tree_greedy_accept",
     "GraphedStep": "specdec.decoder.cuda_graphs:GraphedStep",
     "EmulatedGraph": "specdec.decoder.cuda_graphs:EmulatedGraph",
     "memory_bound_run": "specdec.decoder.roofline:memory_bound_run",

@@ -12,6 +12,7 @@ from specdec.cli import fast
 from specdec.cli.common import UsageError, add_threads, threads
 from specdec.decoder.engine import Engine
 from specdec.decoder.methods import METHODS
+from specdec.decoder.tree import TreeShape
 from specdec.serving.measure.machine import busy_warning, machine_line
 from specdec.zoo import ModelNotFound
 
@@ -31,7 +32,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt", action="append", default=None, help="prompt text (repeat for several rows)")
     p.add_argument("--method", default="mtp", choices=METHODS,
                    help="ar (plain), mtp (the MTP layer), heads (parallel MTP heads), draft, eagle, ngram")
-    p.add_argument("--k", type=int, default=4, help="drafts per verify step (static k)")
+    p.add_argument("--k", type=int, default=None, help="drafts per verify step (static k, default 4): a tree's depth")
+    p.add_argument("--num-steps", type=int, default=None, help="SGLang's name for --k (draft depth)")
+    p.add_argument("--topk", type=int, default=1,
+                   help="candidates per node: > 1 drafts a tree (mtp, eagle, heads; SGLang's --speculative-eagle-topk)")
+    p.add_argument("--num-draft-tokens", type=int, default=None,
+                   help="tokens the target verifies, the root included (SGLang's); default k + 1 at topk 1, "
+                        "else k x topk + 1")
     p.add_argument("--batch", type=int, default=1, help="rows decoded together (prompts are cycled)")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--temperature", type=float, default=0.0)
@@ -49,9 +56,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args) -> int:
+    if None not in (args.num_steps, args.k) and args.num_steps != args.k:
+        raise UsageError(f"--num-steps {args.num_steps} and --k {args.k} disagree: give one")
+    args.k = next(v for v in (args.num_steps, args.k, 4) if v is not None)
     for name, low in (("k", 1), ("batch", 1), ("max_new_tokens", 1), ("temperature", 0)):
         if getattr(args, name) < low:
             raise UsageError(f"--{name.replace('_', '-')} must be >= {low}, got {getattr(args, name)}")
+    try:
+        shape = TreeShape.make(args.k, args.topk, args.num_draft_tokens)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     torch.set_num_threads(threads(args))
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda") and not torch.cuda.is_available():
@@ -63,10 +77,12 @@ def main(args) -> int:
     try:
         bundle = fast.load(args, parts, device, dtype, draft=args.draft)
         prompts = [bundle.tokenizer(texts[i % len(texts)])["input_ids"] for i in range(args.batch)]
-        max_len = max(map(len, prompts)) + args.max_new_tokens + args.k + 2
+        max_len = max(map(len, prompts)) + args.max_new_tokens + max(args.k + 2, shape.slots + 1)
+        tree = dict(topk=args.topk, num_draft_tokens=shape.num_draft_tokens)
         compiled = fast.setup_compile(args, bundle, device)
         engines = {m: Engine(bundle, m, k=args.k, max_batch=args.batch, max_len=max_len, cuda_graphs=args.cuda_graphs,
-                             compile=compiled, adaptive=args.adaptive_k) for m in methods}
+                             compile=compiled, adaptive=args.adaptive_k, **(tree if m == args.method else {}))
+                   for m in methods}
 
         def run(method: str, n: int):
             return engines[method].generate(prompts, n, args.temperature, seed=args.seed, profile=args.profile)
@@ -97,8 +113,10 @@ def main(args) -> int:
         print(json.dumps(out))
         return 0
     print(f"model {out['model']} on {device} ({str(dtype).removeprefix('torch.')}), method {args.method}"
-          + (f", k={args.k}" if args.method != "ar" else "") + f", batch {args.batch}, T={args.temperature}"
-          + ("" if args.no_fuse else ", fused") + (", compiled" if compiled else ""))
+          + (f", k={args.k}" if args.method != "ar" else "")
+          + (f", topk={args.topk}, num_draft_tokens={shape.num_draft_tokens}" if args.topk > 1 else "")
+          + f", batch {args.batch}, T={args.temperature}" + ("" if args.no_fuse else ", fused")
+          + (", compiled" if compiled else ""))
     for i, t in enumerate(out["text"][: min(args.batch, 4)]):
         print(f"--- row {i}: {texts[i % len(texts)]!r} +")
         print(t)

@@ -44,7 +44,8 @@ class FeatureDraft(nn.Module):
         cos, sin = self.rotary(positions, x.dtype)
         cfg = self.config
         group = cfg.num_attention_heads // cfg.num_key_value_heads
-        mask = attention_mask(positions, cache.slots_read(positions), group) if cache is not None else None
+        mask = (attention_mask(positions, cache.slots_read(positions), group, cache.visible)
+                if cache is not None else None)
         x = self.block(x, cos, sin, cache, 0, positions, mask)
         return self.finish(x)
 

@@ -8,11 +8,13 @@ tensors (step.Rows). A step runs on slots 0..width-1 and free rows ride along, s
 graphs one capture per width serves every mix of rows. Attention reads only the slots the rows
 have filled: the host knows every row's length from what it was told at the step's one sync, so
 it picks the span without asking the device (under graphs a power-of-two bucket, one capture per
-bucket). Shapes: B rows, k drafts, V vocabulary.
+bucket). At topk > 1 the proposer drafts a tree instead of a chain (tree.py), which step.tree_verify
+verifies and commits, eagerly even under graphs. Shapes: B rows, k drafts, V vocabulary.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass
 
@@ -31,7 +33,8 @@ from specdec.decoder.proposers import (
     NgramProposer,
     Proposer,
 )
-from specdec.decoder.step import Rows, commit, plain_step, plain_step_hidden, readout, to_host, verify
+from specdec.decoder.step import Rows, commit, plain_step, plain_step_hidden, readout, to_host, tree_verify, verify
+from specdec.decoder.tree import TreeShape
 from specdec.decoder.verify import sample
 
 
@@ -101,11 +104,13 @@ class Engine:
 
     def __init__(self, bundle, method: str = "ar", k: int = 4, max_batch: int = 8, max_len: int | None = None,
                  cuda_graphs: str = "auto", compile: bool = False, proposer: Proposer | None = None, seed: int = 0,
-                 min_span: int = 256, adaptive: AdaptiveK | bool = False):
+                 min_span: int = 256, adaptive: AdaptiveK | bool = False, topk: int = 1,
+                 num_draft_tokens: int | None = None):
         """compile: fuse the target's step with torch.compile (GPU; replayed inside our own graphs).
         min_span: the smallest KV bucket under graphs (buckets double from there up to max_len).
         adaptive: choose each step's k in 0..k from the batch and the measured acceptance (adaptive.py;
-        True: the default AdaptiveK), else every step drafts k."""
+        True: the default AdaptiveK), else every step drafts k.
+        topk, num_draft_tokens: a draft tree (tree.py; SGLang's flags, k = --num-steps); topk 1 is the chain."""
         if not (isinstance(k, int) and k >= 1):
             raise ValueError(f"k must be an integer >= 1, got {k!r}")
         if max_batch < 1:
@@ -116,11 +121,21 @@ class Engine:
         self.proposer = proposer if proposer is not None else make_proposer(method, bundle)
         self.method = method if proposer is None else proposer.name
         self.device = next(self.target.parameters()).device
+        self.shape = TreeShape.make(k, topk, num_draft_tokens)
+        self.tree = self.shape if topk > 1 else None  # None: the chain, as ever
+        if self.tree is not None and not (self.proposer is not None and self.proposer.trees):
+            what = "plain decoding drafts nothing" if self.proposer is None else f"{self.method} drafts a chain"
+            raise ValueError(f"topk {topk} needs a proposer that drafts a tree (mtp, eagle, heads); {what}")
+        if self.tree is not None and adaptive:
+            raise ValueError(f"adaptive k chooses a chain's length: it does not combine with topk {topk}")
+        self.block = self.shape.slots if self.tree is not None else k + 1  # slots a step writes past the committed
         self.max_len = max_len or min(self.target.config.max_position_embeddings, 2048)
         self.min_span = min_span
         self.graph_mode = graph_mode(cuda_graphs, self.device)
         if self.graph_mode != "cuda":
             say_eager_once(self.device)
+        elif self.tree is not None:
+            print("specdec: topk > 1 runs its verify eagerly: trees are not captured in CUDA graphs", file=sys.stderr)
         pool = torch.cuda.graph_pool_handle() if self.graph_mode == "cuda" else None  # one pool per engine
         self.graphs = Graphs(self.graph_mode, pool, compile)
         self.cache = KVCache.for_model(self.target, max_batch, self.max_len)
@@ -158,7 +173,7 @@ class Engine:
         if any(not isinstance(t, (int, np.integer)) or not 0 <= t < vocab for t in prompt):
             raise ValueError(f"token ids must be integers in 0..{vocab - 1}")
         params.check()
-        need = len(prompt) + params.max_new_tokens + (self.k + 1 if self.proposer is not None else 1)
+        need = len(prompt) + params.max_new_tokens + (self.block if self.proposer is not None else 1)
         if need > self.max_len:
             raise ValueError(f"prompt ({len(prompt)}) + max_new_tokens ({params.max_new_tokens}) + k needs {need} "
                              f"cache slots; this engine has {self.max_len}")
@@ -234,7 +249,7 @@ class Engine:
             return []
         width, k = self.width(), self.k
         # every position this step reads (the verify block, the proposer's own) is below `need`
-        need = max(r.committed for r in self.live.values()) + (1 if self.proposer is None else k + 1)
+        need = max(r.committed for r in self.live.values()) + (1 if self.proposer is None else self.block)
         span = self.pick_span(need)
         rows, cache = self.row_view(width), self.cache_view(width, span)
         rows.span = span
@@ -247,6 +262,14 @@ class Engine:
             host = self.graphs("plain" + self._rule(rows), lambda u_: self._plain(cache, rows, u_), u,
                                state=rows.tensors(), span=span)
             t1 = t0
+        elif self.tree is not None:  # eager, also under graphs
+            tree = self.proposer.propose_tree(rows, self.tree)
+            sync()
+            t1 = time.perf_counter()
+            u = self._uniforms(0, width, k * self.tree.topk + 1) if rows.sampling else None
+            emitted, count, accepted, hidden = tree_verify(self.target, cache, rows, tree, self.tree.topk, u)
+            host = readout(rows, count, accepted, emitted, tree.tokens)
+            self.proposer.accepted(rows, hidden, count)
         else:
             k = self.policy.choose(len(self.live)) if self.policy is not None else k
             u = self._uniforms(0, width, 2 * k + 1)

@@ -28,6 +28,8 @@ class DecodeResult:
     times: dict = field(default_factory=dict)  # seconds in prefill / draft / verify / host, when profiled
     cuda_graphs: bool = False
     temperature: float = 0.0
+    topk: int = 1  # candidates per node (1: a chain of k drafts)
+    num_draft_tokens: int | None = None  # tokens each verify read, the root included (SGLang's; k + 1 for a chain)
 
     @property
     def new_tokens(self) -> int:
@@ -48,7 +50,8 @@ class DecodeResult:
         s = self.stats
         return {
             "method": self.method, "k": self.k if self.method != "ar" else 0, "batch": len(self.tokens),
-            "temperature": self.temperature, "cuda_graphs": self.cuda_graphs,
+            "temperature": self.temperature, "cuda_graphs": self.cuda_graphs, "topk": self.topk,
+            "num_draft_tokens": self.num_draft_tokens if self.method != "ar" else 0,
             "token_ids": self.tokens, "new_tokens": self.new_tokens, "steps": self.steps,
             "tau": s.tau if s else 1.0,
             "acceptance_rate": s.acceptance_rate if s else None,
@@ -100,4 +103,5 @@ def generate(engine, prompts: list[list[int]], params, seed: int = 0, profile: b
                         accepted=np.array(log_acc, dtype=np.int64).reshape(shape),
                         proposed=np.array(log_prop, dtype=np.int64).reshape(shape), steps=steps, wall_s=wall,
                         times=dict(engine.times) if profile else {}, cuda_graphs=engine.graph_mode == "cuda",
-                        temperature=params.temperature)
+                        temperature=params.temperature, topk=engine.shape.topk,
+                        num_draft_tokens=engine.shape.num_draft_tokens)

@@ -29,6 +29,10 @@ class KVCache:
         # Slots [0, span) hold every key a step may read: chosen on the host per step (no sync), and
         # fixed for a CUDA graph (shapes frozen at capture). None: just enough, read off the positions.
         self.span: int | None = None
+        # A tree view's (KVCache.tree): the slots its tokens are written at [B, T] and the slots each sees
+        # [B, T, span]; None: a token is written at its position and sees the slots up to it.
+        self.slots: torch.Tensor | None = None
+        self.visible: torch.Tensor | None = None
 
     @classmethod
     def for_model(cls, model, batch: int, max_len: int) -> "KVCache":
@@ -45,10 +49,28 @@ class KVCache:
         view.v = [t[start:stop] for t in self.v]
         view.lengths = self.lengths[start:stop]
         view.max_len, view.batch, view.span = self.max_len, stop - start, span
+        view.slots = view.visible = None
         return view
+
+    def tree(self, slots: torch.Tensor, visible: torch.Tensor) -> "KVCache":
+        """A view for a tree's tokens: written at slots [B, T] (not at their positions, which siblings share),
+        each seeing the slots visible [B, T, S] says (tree.tree_mask); attention reads S slots."""
+        view = self.rows(0, self.batch, visible.shape[-1])
+        view.slots, view.visible = slots, visible
+        return view
+
+    def move(self, src: torch.Tensor, dst: torch.Tensor) -> None:
+        """Copy each row's keys and values at slots src [B, T] to slots dst [B, T] in every layer: a tree's
+        accepted path into the contiguous slots after the committed prefix (the rest is left behind)."""
+        B, T = src.shape
+        rows = torch.arange(B, device=src.device).view(B, 1).expand(B, T)
+        for t in self.k + self.v:
+            t[rows, :, dst] = t[rows, :, src]  # the right side is a copy: overlapping slots are safe
 
     def write(self, layer: int, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor) -> None:
         """Store k, v [B, nkv, T, D] at absolute positions [B, T] (a provisional write)."""
+        if self.slots is not None:  # a tree view: siblings share a position, each has a slot of its own
+            positions = self.slots
         B, T = positions.shape
         rows = torch.arange(B, device=positions.device).view(B, 1).expand(B, T)
         # Advanced indices around a slice put [B, T] first: the value must be [B, T, nkv, D].

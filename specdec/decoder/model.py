@@ -238,13 +238,15 @@ class Rotary(nn.Module):
         return emb.cos().to(dtype), emb.sin().to(dtype)
 
 
-def attention_mask(positions: torch.Tensor, kv_len: int, group: int = 1) -> torch.Tensor:
+def attention_mask(positions: torch.Tensor, kv_len: int, group: int = 1,
+                   visible: torch.Tensor | None = None) -> torch.Tensor:
     """Query at position p sees cache slots 0..p: [B, 1, group*T, S] bool, repeated for the `group`
     query heads that share a key/value head. Slots are absolute positions, so stale entries past a
-    row's committed length are never seen (rollback costs nothing)."""
+    row's committed length are never seen (rollback costs nothing). A tree's tokens see what
+    visible [B, T, S] says instead (KVCache.tree)."""
     B, T = positions.shape
     slots = torch.arange(kv_len, device=positions.device)
-    mask = slots.view(1, 1, kv_len) <= positions.unsqueeze(-1)  # [B, T, S]
+    mask = slots.view(1, 1, kv_len) <= positions.unsqueeze(-1) if visible is None else visible  # [B, T, S]
     return mask.unsqueeze(1).expand(B, group, T, kv_len).reshape(B, 1, group * T, kv_len)
 
 
@@ -288,7 +290,7 @@ class Transformer(nn.Module):
         mask = None
         if cache is not None:  # built once, shared by every layer
             group = self.config.num_attention_heads // self.config.num_key_value_heads
-            mask = attention_mask(positions, cache.slots_read(positions), group)
+            mask = attention_mask(positions, cache.slots_read(positions), group, cache.visible)
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, cache, i, positions, mask)
         hidden = self.norm(x)

@@ -7,6 +7,7 @@ The interface, in the order the engine calls it:
   propose(rows, k, u) -> drafts, q         drafts [B, k]; q [B, k, V] they were drawn from, or
                                            None when every row is greedy or the proposer is
                                            deterministic; u [B, k] uniforms for sampled rows
+  propose_tree(rows, shape) -> TreeDrafts  instead of propose at topk > 1 (tree.py): mtp, eagle, heads
   accepted(rows, hidden, count)            the target verified: count [B] tokens were kept,
                                            hidden [B, k+1, H] its states at the block's positions
   skip(rows)                               instead of propose, in a step without drafts (the engine's
@@ -26,6 +27,7 @@ import torch
 from specdec.decoder.cuda_graphs import Graphs
 from specdec.decoder.kv_cache import KVCache
 from specdec.decoder.step import Rows
+from specdec.decoder.tree import TreeDrafts, TreeShape, grow, tree_mask
 from specdec.decoder.verify import sample
 
 
@@ -69,6 +71,12 @@ class Proposer:
     def propose(self, rows: Rows, k: int, u: torch.Tensor):
         raise NotImplementedError
 
+    trees = False  # drafts a distribution per depth, so can grow a tree (propose_tree)
+
+    def propose_tree(self, rows: Rows, shape: TreeShape) -> TreeDrafts:
+        """A tree of drafts per row (tree.py), deterministic: the verify treats them as one-hot."""
+        raise NotImplementedError(f"{self.name} drafts a chain only")
+
     def accepted(self, rows: Rows, hidden: torch.Tensor, count: torch.Tensor) -> None:
         pass
 
@@ -85,6 +93,8 @@ class FeatureDraftProposer(Proposer):
     the last of them gives the first draft. Drafts 2..k feed the layer its own output state and its
     own proposed token, as SGLang's NEXTN and EAGLE workers do.
     """
+
+    trees = True
 
     def __init__(self, module, target, name: str) -> None:
         self.module, self.target, self.name = module, target, name
@@ -114,7 +124,7 @@ class FeatureDraftProposer(Proposer):
 
     def extend(self, rows):
         """Read the target's fresh states into the layer's cache; -> (cache, the output state [B, 1, H] and
-        logits [B, V] at the last of them)."""
+        logits [B, V] at the last of them: what it predicts after the pending token, draft 1)."""
         B = rows.tokens.shape[0]
         cache, fresh, count = self.cache.rows(0, B, rows.span), self.fresh[:B], self.fresh_count[:B]
         pos = cache.positions(fresh.shape[1])  # [B, k+1]: where the fresh states sit
@@ -137,6 +147,18 @@ class FeatureDraftProposer(Proposer):
             return out[:, 0]
 
         return autoregress(logits, k, rows, u, step)
+
+    def propose_tree(self, rows, shape):
+        cache, g, logits = self.extend(rows)
+        L = rows.lengths
+
+        def forward(depth, states, tokens, fed_parents):  # the fed nodes sit at slots L.., the last K fed now
+            M, K = fed_parents.shape[1], tokens.shape[1]
+            slots = L.unsqueeze(1) + torch.arange(M - K, M, device=L.device)  # [B, K]
+            view = cache.tree(slots, tree_mask(L, fed_parents, rows.span or cache.max_len)[:, M - K:])
+            return self._step(view, states, tokens, (L + depth - 1).unsqueeze(1).expand(-1, K))
+
+        return grow(logits, g, shape, forward)
 
     def accepted(self, rows, hidden, count):
         B, W = hidden.shape[:2]  # W = k + 1 of this step (fewer columns than fresh's under adaptive k)
@@ -163,11 +185,25 @@ class HeadsProposer(Proposer):
         n = hidden.shape[0]
         self.last[start:start + n] = last_valid(hidden, rows.lengths[start:start + n])
 
-    def propose(self, rows, k, u):
+    def _logits(self, rows, k):
         h = self.last[: rows.tokens.shape[0]]
-        logits = self.graphs("heads", lambda x: self.target.lm_head(self.heads(x)), h)[:, :k]  # [B, k, V]
+        return self.graphs("heads", lambda x: self.target.lm_head(self.heads(x)), h)[:, :k]  # [B, k, V]
+
+    def propose(self, rows, k, u):
+        logits = self._logits(rows, k)
         drafts, qs = zip(*(choose(logits[:, i], rows, u[:, i]) for i in range(k)))
         return torch.stack(drafts, 1), None if qs[0] is None else torch.stack(qs, 1)
+
+    trees = True
+
+    def propose_tree(self, rows, shape):
+        """Medusa's tree: head d's distribution serves every node at depth d + 1, whatever its parent."""
+        logits = self._logits(rows, shape.num_steps)
+
+        def forward(depth, states, tokens, fed_parents):
+            return states, logits[:, depth].unsqueeze(1).expand(-1, tokens.shape[1], -1)
+
+        return grow(logits[:, 0], self.last[: rows.tokens.shape[0]].unsqueeze(1), shape, forward)
 
     def accepted(self, rows, hidden, count):
         self.last[: hidden.shape[0]].copy_(last_valid(hidden, count))

@@ -17,7 +17,8 @@ from typing import NamedTuple
 import torch
 
 from specdec.decoder.kv_cache import KVCache
-from specdec.decoder.verify import accept, greedy_accept, sample, token_probs
+from specdec.decoder.tree import TreeDrafts, ancestors, path_nodes, tree_mask
+from specdec.decoder.verify import accept, greedy_accept, sample, token_probs, tree_accept, tree_greedy_accept
 
 
 @dataclass
@@ -149,3 +150,31 @@ def verify(target, cache: KVCache, rows: Rows, drafts: torch.Tensor, q: torch.Te
     emitted = torch.cat([drafts, next_token.unsqueeze(1)], 1).scatter(1, accepted.unsqueeze(1),
                                                                       next_token.unsqueeze(1))
     return emitted, commit(rows, cache, emitted, accepted + 1), accepted, hidden
+
+
+def tree_verify(target, cache: KVCache, rows: Rows, tree: TreeDrafts, topk: int, u: torch.Tensor | None):
+    """Verify a tree of drafts (tree.py) in one target forward, then commit its accepted path.
+
+    The block is [pending, tree.tokens], N tokens: node i is written provisionally at slot lengths + i, at
+    position lengths + its depth, and sees the committed prefix, its ancestors and itself (tree_mask). The
+    walk from the root keeps a path (tree_greedy_accept, or tree_accept when a row samples: u
+    [B, depth * topk + 1]); its keys and values move to slots lengths .. lengths + accepted (KVCache.move),
+    where a chain would have written them, and commit keeps them as for a chain.
+    Returns emitted [B, depth+1], count [B], accepted [B] and the target's hidden along the path [B, depth+1, H]."""
+    L, D = rows.lengths, tree.depth
+    tokens, parents, depths = tree.block(rows.tokens.gather(1, L.unsqueeze(1))[:, 0])  # [B, N]
+    B, N = tokens.shape
+    slots = L.unsqueeze(1) + torch.arange(N, device=L.device)  # [B, N]
+    span = cache.span if cache.span is not None else int(slots.max()) + 1
+    logits, hidden = target(tokens, L.unsqueeze(1) + depths, cache.tree(slots, tree_mask(L, parents, span)))
+    if rows.sampling:
+        accepted, last, next_token = tree_accept(tokens, parents, depths, D, topk, rows.probs(logits), u)
+    else:
+        accepted, last, next_token = tree_greedy_accept(tokens, parents, depths, D, logits)
+    path = path_nodes(ancestors(parents), depths, last, D)  # [B, D+1]: the root, then the accepted nodes
+    cache.move(slots.gather(1, path), L.unsqueeze(1) + torch.arange(D + 1, device=L.device))
+    emitted = torch.cat([tokens.gather(1, path[:, 1:]), next_token.unsqueeze(1)], 1).scatter(
+        1, accepted.unsqueeze(1), next_token.unsqueeze(1))
+    H = hidden.shape[-1]
+    return (emitted, commit(rows, cache, emitted, accepted + 1), accepted,
+            hidden.gather(1, path.unsqueeze(-1).expand(B, D + 1, H)))

@@ -80,3 +80,65 @@ def greedy_accept(drafts: torch.Tensor, target_logits: torch.Tensor):
     best = target_logits.argmax(-1)  # [B, k+1]
     accepted = (drafts == best[:, :k]).int().cumprod(1).sum(1)
     return accepted, best.gather(1, accepted.unsqueeze(1)).squeeze(1)
+
+
+def candidates_accept(r: torch.Tensor, q: torch.Tensor | None, candidates: torch.Tensor, valid: torch.Tensor,
+                      u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Several candidates for one position (SpecInfer's rule, Lab 1's multi_draft_verify_batch): candidate i is
+    accepted while u_i q_i(x_i) < r(x_i), r starting at the target p; after each rejection r becomes the
+    normalised residual max(0, r - q_i). r [B, V]; q [B, m, V] each candidate's draft distribution, or None:
+    deterministic candidates (q_i one-hot on x_i: x_i accepted w.p. r(x_i), then r without x_i, SGLang's
+    target-only tree sampling); candidates [B, m]; valid [B, m] (False: no candidate there); u [B, m].
+    Returns index [B] of the accepted candidate (-1: none) and r [B, V], to sample where index is -1."""
+    index = torch.full_like(candidates[:, 0], -1)
+    for i in range(candidates.shape[1]):
+        x = candidates[:, i : i + 1]
+        q_i = F.one_hot(x[:, 0], r.shape[-1]).to(r.dtype) if q is None else q[:, i].to(r.dtype)
+        open_ = (index < 0) & valid[:, i]
+        ok = open_ & (u[:, i] * q_i.gather(1, x)[:, 0] < r.gather(1, x)[:, 0])
+        index = torch.where(ok, i, index)
+        residual = (r - q_i).clamp_min(0.0)
+        mass = residual.sum(-1, keepdim=True)
+        residual = torch.where(mass > 0, residual / mass.clamp_min(1e-30), r)  # no mass: never sampled (Lab 1)
+        r = torch.where((open_ & ~ok).unsqueeze(1), residual, r)
+    return index, r
+
+
+def tree_greedy_accept(tokens: torch.Tensor, parents: torch.Tensor, depths: torch.Tensor, depth: int,
+                       target_logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Greedy verification of a tree: from the root, step to the child equal to the target's argmax at its parent,
+    while there is one (siblings differ, so at most one is). tokens, parents, depths [B, N] with the root as node 0
+    (parent -1, depth 0); target_logits [B, N, V]. Returns accepted [B] (the last accepted node's depth), last [B]
+    (that node) and next_token [B] (the target's argmax there)."""
+    best = target_logits.argmax(-1)  # [B, N]
+    up = parents.clamp(min=0)
+    agrees = (tokens == best.gather(1, up)) | (parents < 0)  # the root is always "accepted"
+    on = agrees
+    for _ in range(depth):  # a node is on the walk when it and every ancestor agree: one level per pass
+        on = agrees & on.gather(1, up)
+    last = torch.where(on, depths, -1).argmax(1)
+    return depths.gather(1, last.unsqueeze(1))[:, 0], last, best.gather(1, last.unsqueeze(1))[:, 0]
+
+
+def tree_accept(tokens: torch.Tensor, parents: torch.Tensor, depths: torch.Tensor, depth: int, topk: int,
+                p: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Speculative sampling of a tree of deterministic drafts, level by level: at the current node its children
+    (up to topk) are the candidates of `candidates_accept` against the target p there; an accepted child becomes
+    the current node, else the token is drawn from what r became (p itself at a node without children: the
+    bonus). tokens, parents, depths [B, N] as for tree_greedy_accept; p [B, N, V]; u [B, depth * topk + 1].
+    Returns accepted [B], last [B] and next_token [B]."""
+    B, N = tokens.shape
+    rows, ids = torch.arange(B, device=tokens.device), torch.arange(N, device=tokens.device)
+    is_child = parents.unsqueeze(1) == ids.view(1, N, 1)  # [B, N, N]: [b, parent, child]
+    kids = torch.where(is_child, ids, N).sort(-1).values[..., :topk]  # [B, N, topk], N: none
+    node, moving, dist = torch.zeros_like(tokens[:, 0]), torch.ones_like(tokens[:, 0], dtype=torch.bool), p[:, 0]
+    for level in range(depth):
+        cand = kids[rows, node]  # [B, topk]
+        valid = (cand < N) & moving.unsqueeze(1)
+        index, r = candidates_accept(p[rows, node], None, tokens.gather(1, cand.clamp(max=N - 1)), valid,
+                                     u[:, level * topk:(level + 1) * topk])
+        dist = torch.where(moving.unsqueeze(1), r, dist)  # p at the node after its rejected children
+        moving &= index >= 0
+        node = torch.where(moving, cand.gather(1, index.clamp(min=0).unsqueeze(1))[:, 0], node)
+    dist = torch.where(moving.unsqueeze(1), p[rows, node], dist)  # a leaf at full depth: the bonus
+    return depths.gather(1, node.unsqueeze(1))[:, 0], node, sample(dist, u[:, -1])

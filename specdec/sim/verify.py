@@ -150,23 +150,26 @@ def multi_draft_verify_batch(
     starting at p; after each rejection r becomes the residual of r against q. n trials at once:
     p, q (V,) or (n, V), candidates (n, m), u (n, m) uniforms. Returns (index (n,) of the accepted candidate,
     -1 where all were rejected; r (n, V), the target after the last update: sample it where index is -1).
+    q may also be (n, m, V), a distribution per candidate: one-hot on each gives distinct deterministic
+    candidates (a draft tree's top-k children), accepted w.p. r(x_i), after a rejection r without x_i.
     on_reject(r, q) replaces the residual, to plant a bug."""
     cand = np.asarray(candidates, dtype=np.int64)
     u = np.asarray(u, dtype=float)
     n, m = cand.shape
     r = np.array(np.broadcast_to(np.asarray(p, dtype=float), (n, np.shape(p)[-1])))
-    q = np.broadcast_to(np.asarray(q, dtype=float), r.shape)
+    q = np.asarray(q, dtype=float)
+    q = np.broadcast_to(q if q.ndim == 3 else q.reshape(-1, 1, r.shape[-1]), (n, m, r.shape[-1]))  # (n, m, V)
     rows = np.arange(n)
-    if np.any(q[rows[:, None], cand] <= 0):
+    if np.any(q[rows[:, None], np.arange(m), cand] <= 0):
         raise ValueError("a candidate has q = 0: the draft cannot have proposed it")
     reject = on_reject or residual_distribution
     index = np.full(n, -1)
     for i in range(m):
         open_ = index < 0
-        ok = open_ & (u[:, i] * q[rows, cand[:, i]] < r[rows, cand[:, i]])
+        ok = open_ & (u[:, i] * q[rows, i, cand[:, i]] < r[rows, cand[:, i]])
         index[ok] = i
         rejected = open_ & ~ok
-        r[rejected] = reject(r[rejected], q[rejected])
+        r[rejected] = reject(r[rejected], q[rejected, i])
     return index, r
 
 
