@@ -222,7 +222,7 @@ class Decoder:
             cache.batch = len(cache.lengths)
         except TypeError:  # not a vector: the judge says so
             cache.batch = None
-        cache.span = None
+        cache.span = cache.slots = cache.visible = None  # a chain's cache: no tree view (kv_cache.tree)
         return cache
 
 
