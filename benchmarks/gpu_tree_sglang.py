@@ -103,5 +103,35 @@ def main() -> int:
     return 0
 
 
+# --- docs/results.md: this script's section (benchmarks/report.py stitches the sections) ----------------------
+
+def render() -> str:
+    from page import load, provenance, table
+
+    data = load("gpu_tree_sglang/summary.json")
+    if not data:
+        return ""
+    rows = []
+    for s, k, n in SHAPES:
+        key = f"{s},{k},{n}"
+        g = data["sglang"].get(key, {})
+        o = {d: data.get("ours", {}).get(f"{key} {d}", {}) for d in ("bfloat16", "float32")}
+        rows.append([s, k, n, g.get("accept_length_weighted"), g.get("tokens_per_s"),
+                     o["bfloat16"].get("accept_length_weighted"), o["float32"].get("accept_length_weighted"),
+                     o["bfloat16"].get("same_as_plain") and o["float32"].get("same_as_plain")])
+    return f"""### Draft trees: SGLang and the Lab 2 decoder on the zoo's EAGLE head
+
+{provenance(["benchmarks/results/gpu_tree_sglang/summary.json"], "NVIDIA H200", "`benchmarks/gpu_tree_sglang.py`",
+            ["benchmarks/logs/gpu_tree_sglang.log"], ["benchmarks/results/gpu_tree_sglang/summary.json"])}
+
+Greedy, {len(PROMPTS)} zoo-check prompts, 128 tokens each; accept length = completion tokens / verify steps over all of them
+(SGLang's `spec_verify_ct`; ours counted the same way). Chains (topk 1) and trees with as many verified tokens
+(num_draft_tokens 4, 8, 16). The Lab 2 decoder verifies trees eagerly (no CUDA graph), so only its accept length is compared here.
+
+{table(["num_steps", "topk", "num_draft_tokens", "SGLang accept length", "SGLang batch-1 tok/s", "ours (bf16)", "ours (fp32)",
+        "ours identical to plain"], rows)}
+"""
+
+
 if __name__ == "__main__":
     raise SystemExit(main())
