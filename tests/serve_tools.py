@@ -16,9 +16,10 @@ from specdec.serving.server.app import ServerArgs, bind, build_app
 
 
 @contextmanager
-def running_server(bundle, method="mtp", k=4, max_batch=8, max_len=512, api_key=None):
+def running_server(bundle, method="mtp", k=4, max_batch=8, max_len=512, api_key=None, topk=1, num_draft_tokens=None):
     """Yields (base URL, scheduler); stops the server and its engine thread on exit."""
-    engine = Engine(bundle, method, k=k, max_batch=max_batch, max_len=max_len, cuda_graphs="off")
+    engine = Engine(bundle, method, k=k, max_batch=max_batch, max_len=max_len, cuda_graphs="off", topk=topk,
+                    num_draft_tokens=num_draft_tokens)
     scheduler = Scheduler(engine, bundle.tokenizer)
     sock = bind("127.0.0.1", 0)
     port = sock.getsockname()[1]
@@ -26,7 +27,8 @@ def running_server(bundle, method="mtp", k=4, max_batch=8, max_len=512, api_key=
                       speculative_algorithm=None if method == "ar" else method,
                       speculative_num_steps=None if method == "ar" else k, host="127.0.0.1", port=port,
                       max_running_requests=max_batch, context_length=max_len, api_key_set=bool(api_key),
-                      device="cpu", dtype="float32")
+                      device="cpu", dtype="float32", speculative_eagle_topk=None if method == "ar" else topk,
+                      speculative_num_draft_tokens=None if method == "ar" else engine.shape.num_draft_tokens)
     server = uvicorn.Server(uvicorn.Config(build_app(scheduler, args, api_key), log_level="warning"))
     scheduler.start()
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)

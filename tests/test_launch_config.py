@@ -145,11 +145,16 @@ def test_the_same_config_renders_specdec_serve(algorithm, extra, name, k):
     assert not any("cuda" in x or "mem-fraction" in x for x in f)  # GPU settings do not apply to specdec serve
 
 
+def test_a_tree_renders_sglangs_three_numbers_for_specdec_serve():
+    f = flags(LaunchConfig("tiny", "EAGLE", draft="d", num_steps=4, topk=4, num_draft_tokens=8).specdec_command("python"))
+    assert (f["--k"], f["--topk"], f["--num-draft-tokens"]) == ("4", "4", "8")
+
+
 def test_specdec_serve_refusals():
     with pytest.raises(LaunchConfigError, match="no EAGLE3"):
         LaunchConfig("/m", "EAGLE3", draft="d").specdec_command()
-    with pytest.raises(LaunchConfigError, match="chain"):
-        LaunchConfig("/m", "EAGLE", draft="d", num_steps=2, topk=2, num_draft_tokens=4).specdec_command()
+    with pytest.raises(LaunchConfigError, match="EAGLE, NEXTN or HEADS only, not STANDALONE"):
+        LaunchConfig("/m", "STANDALONE", draft="d", num_steps=2, topk=2, num_draft_tokens=4).specdec_command()
     with pytest.raises(LaunchConfigError, match="one process"):
         LaunchConfig("/m", tp=2).specdec_command()
 

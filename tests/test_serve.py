@@ -291,3 +291,21 @@ def test_another_model_name_is_served_and_said_once(server, caplog):
             assert requests.post(url + "/v1/completions", json={**body, "model": name}, timeout=60).status_code == 200
     said = [rec.getMessage() for rec in caplog.records if "names the model" in rec.getMessage()]
     assert len(said) == 1 and all("'gpt-4'" in s and "served all the same" in s for s in said)
+
+
+def test_a_tree_is_served_with_the_same_tokens_and_sglangs_numbers(tiny_bundle, alone):
+    """`specdec serve --topk 2 --num-draft-tokens 6` (the EAGLE head's tree): greedy answers equal plain decoding,
+    concurrent requests too, and /server_info and meta_info say what a tree server of SGLang's says."""
+    with running_server(tiny_bundle, "eagle", k=3, max_batch=4, topk=2, num_draft_tokens=6) as (url, _):
+        with ThreadPoolExecutor(4) as pool:
+            outs = list(pool.map(lambda p: generate(url, p), PROMPTS))
+        info = requests.get(f"{url}/server_info", timeout=10).json()
+        metrics = requests.get(f"{url}/metrics", timeout=10).text
+    for p, out in zip(PROMPTS, outs):
+        meta = out["meta_info"]
+        assert out["output_ids"] == alone[p], p
+        assert meta["spec_accept_length"] == pytest.approx(meta["completion_tokens"] / meta["spec_verify_ct"])
+        assert len(meta["spec_accept_histogram"]) == 4  # 0..3 accepted: the tree's depth bounds a path
+    assert info["speculative_eagle_topk"] == 2 and info["speculative_num_draft_tokens"] == 6
+    assert info["internal_states"][0]["max_speculative_num_draft_tokens"] == 6
+    assert 'sglang:spec_num_draft_tokens{model_name="tiny"} 6.0' in metrics

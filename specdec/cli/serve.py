@@ -13,6 +13,7 @@ from specdec.cli import fast
 from specdec.cli.common import UsageError, add_threads, threads
 from specdec.decoder.engine import Engine
 from specdec.decoder.methods import METHODS, SPELLINGS, method_named
+from specdec.decoder.tree import TreeShape
 from specdec.serving.server.scheduler import Scheduler
 from specdec.serving.server.app import ServerArgs, bind, describe, run, warm_up
 from specdec.zoo import ModelNotFound
@@ -25,7 +26,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     algorithms = sorted(set(SPELLINGS) - {"ar", "plain"})  # SGLang's names, and the course's for the proposers
     p.add_argument("--speculative-algorithm", default="none", type=str.lower, choices=algorithms,
                    help="none, mtp (NEXTN: the target's MTP layer), eagle, draft (STANDALONE), ngram, heads")
-    p.add_argument("--k", "--speculative-num-steps", dest="k", type=int, default=4, help="drafts per step")
+    p.add_argument("--k", "--speculative-num-steps", dest="k", type=int, default=4, help="drafts per step (a tree's depth)")
+    p.add_argument("--topk", "--speculative-eagle-topk", dest="topk", type=int, default=1,
+                   help="candidates per node: > 1 drafts a tree (mtp, eagle, heads), verified eagerly")
+    p.add_argument("--num-draft-tokens", "--speculative-num-draft-tokens", dest="num_draft_tokens", type=int,
+                   default=None, help="tokens a verify step checks, the root included (SGLang's); default k + 1 at "
+                                      "topk 1, else k x topk + 1")
     p.add_argument("--draft", "--speculative-draft-model-path", dest="draft", default=None,
                    help="the draft model (draft) or EAGLE head directory (eagle), when the model has none beside it")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
@@ -55,6 +61,10 @@ def main(args: argparse.Namespace) -> int:
             raise UsageError(f"{flag} must be >= 1, got {value}")
     if not 0 <= args.port < 65536:
         raise UsageError(f"--port must be in 0..65535, got {args.port}")
+    try:
+        shape = TreeShape.make(args.k, args.topk, args.num_draft_tokens)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     torch.set_num_threads(threads(args))
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda") and not torch.cuda.is_available():
@@ -66,7 +76,8 @@ def main(args: argparse.Namespace) -> int:
                            eagle=args.draft if method == "eagle" else None)
         engine = Engine(bundle, method, k=args.k, max_batch=args.max_running_requests, max_len=args.context_length,
                         cuda_graphs=args.cuda_graphs, compile=fast.setup_compile(args, bundle, device),
-                        adaptive=args.adaptive_k)
+                        adaptive=args.adaptive_k, topk=shape.topk,
+                        num_draft_tokens=shape.num_draft_tokens if shape.topk > 1 else None)
     except (ModelNotFound, ValueError) as exc:
         raise UsageError(str(exc)) from None
     except OSError as exc:
@@ -77,6 +88,8 @@ def main(args: argparse.Namespace) -> int:
     server_args = ServerArgs(model_path=model_path, served_model_name=args.served_model_name or args.model,
                              speculative_algorithm=None if method == "ar" else method,
                              speculative_num_steps=None if method == "ar" else args.k, host=args.host, port=port,
+                             speculative_eagle_topk=None if method == "ar" else shape.topk,
+                             speculative_num_draft_tokens=None if method == "ar" else shape.num_draft_tokens,
                              max_running_requests=args.max_running_requests, context_length=engine.max_len,
                              api_key_set=bool(args.api_key), device=device, dtype=str(dtype).removeprefix("torch."))
     print(f"specdec serve: {bundle.name if args.random_weights else args.model}, {describe(engine)}, {torch.get_num_threads()} CPU thread(s)", flush=True)

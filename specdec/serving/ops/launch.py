@@ -277,14 +277,18 @@ class LaunchConfig:
         a = self.algorithm
         if a == "EAGLE3":
             _fail("specdec serve has no EAGLE3 head; use EAGLE")
-        if (self.topk or 1) > 1:
-            _fail(f"specdec serve drafts a chain: topk must be 1, got {self.topk}")
+        tree = (self.topk or 1) > 1
+        if tree and a not in ("EAGLE", "NEXTN", "HEADS"):
+            _fail(f"specdec serve drafts a tree (topk {self.topk}) with EAGLE, NEXTN or HEADS only, not {a}")
         if self.tp > 1 or self.dp > 1 or self.nnodes > 1:
             _fail("specdec serve runs one process on one device: tp, dp and nnodes must be 1")
         cmd = [python, "-m", "specdec", "serve", "--model", self.model, "--speculative-algorithm", SPECDEC_NAMES[a]]
         if self.draft:
             cmd += ["--speculative-draft-model-path", self.draft]
-        if self.num_draft_tokens is not None:
+        if tree:  # the tree's depth, branching and verify width, as SGLang's three numbers
+            cmd += ["--k", str(self.num_steps), "--topk", str(self.topk)]
+            cmd += ["--num-draft-tokens", str(self.num_draft_tokens)] if self.num_draft_tokens is not None else []
+        elif self.num_draft_tokens is not None:
             cmd += ["--k", str(self.num_draft_tokens - 1)]  # drafts per verify: the chain without its root
         cmd += ["--host", self.host]
         if self.port is not None:

@@ -50,6 +50,8 @@ class ServerArgs:
     api_key_set: bool
     device: str
     dtype: str
+    speculative_eagle_topk: int | None = None  # 1: a chain
+    speculative_num_draft_tokens: int | None = None  # tokens a verify step checks, the root included
 
 
 def error(status: int, message: str) -> JSONResponse:
@@ -299,12 +301,14 @@ def build_app(scheduler: Scheduler, args: ServerArgs, api_key: str | None = None
                     "num_running_reqs": state["num_running_reqs"], "num_queue_reqs": state["num_queue_reqs"],
                     "step_time_dict": state["step_time_dict"]}
         internal["memory_usage"] = memory_usage(engine)
-        internal["max_speculative_num_draft_tokens"] = k + 1 if speculative else None
+        draft_tokens = (args.speculative_num_draft_tokens or k + 1) if speculative else None  # a chain: k + 1
+        internal["max_speculative_num_draft_tokens"] = draft_tokens
         if "avg_spec_accept_length" in state:  # as in SGLang, absent until a verify step has been counted
             internal["avg_spec_accept_length"] = state["avg_spec_accept_length"]
         return {**asdict(args), "tokenizer_path": args.model_path, "status": "ready", "version": API_VERSION,
-                "specdec_version": __version__, "speculative_eagle_topk": 1 if speculative else None,
-                "speculative_num_draft_tokens": k + 1 if speculative else None,
+                "specdec_version": __version__,
+                "speculative_eagle_topk": (args.speculative_eagle_topk or 1) if speculative else None,
+                "speculative_num_draft_tokens": draft_tokens,
                 "max_total_num_tokens": engine.capacity * engine.max_len, "internal_states": [internal]}
 
     @app.api_route("/flush_cache", methods=["GET", "POST"])
@@ -337,7 +341,8 @@ def prometheus(state: dict, args: ServerArgs) -> str:
         rows += [("spec_verify_calls_total", "counter", c.get("verify_steps", 0)),
                  ("spec_accept_length", "gauge", length),
                  ("spec_accept_rate", "gauge", (length - 1) / k if length and k else 0.0),
-                 ("spec_num_steps", "gauge", k), ("spec_num_draft_tokens", "gauge", k + 1)]
+                 ("spec_num_steps", "gauge", k),
+                 ("spec_num_draft_tokens", "gauge", args.speculative_num_draft_tokens or k + 1)]
     out = []
     for name, kind, value in rows:
         out += [f"# TYPE sglang:{name} {kind}", f"sglang:{name}{label} {float(value)}"]
@@ -393,7 +398,8 @@ def warm_widths(capacity: int) -> list[int]:
 
 
 def describe(engine: Engine) -> str:
-    what = "plain decoding" if engine.proposer is None else f"{engine.method}, k={engine.k}"
+    what = "plain decoding" if engine.proposer is None else f"{engine.method}, k={engine.k}" + (
+        f", a tree of topk {engine.tree.topk} and {engine.tree.num_draft_tokens} draft tokens" if engine.tree else "")
     where = torch.cuda.get_device_name() if engine.device.type == "cuda" else "CPU"
     return (f"{what}, up to {engine.capacity} running requests, context {engine.max_len}, {where}"
             + (", compiled" if engine.graphs.compile else ""))
