@@ -29,7 +29,7 @@ def test_solution_scores_full_marks(graded):
     doc = graded["solution"]
     points = lab2_points()
     assert [t["name"].split(":")[0] for t in doc["tests"]] == list(points)
-    assert doc["max_score"] == sum(points.values()) == 15
+    assert doc["max_score"] == sum(points.values()) == 19
     assert doc["score"] == doc["max_score"], [t for t in doc["tests"] if t["score"] < t["max_score"]]
     # the demo cells were skipped and said so, and every cell that ran ran cleanly without them
     assert "Not run while grading (9 cells tagged `demo`" in doc["output"], doc["output"]

@@ -132,7 +132,7 @@ def test_the_grader_writes_its_results_after_the_kernel_is_gone(graded):
 
 def test_replacing_lab2_checks_scores_nothing(graded):
     entry = graded["entries"]["lab2_replace_checks"]
-    assert entry["score"] == 0.0 and entry["max_score"] == sum(lab_points(2).values()) == 15
+    assert entry["score"] == 0.0 and entry["max_score"] == sum(lab_points(2).values()) == 19
 
 
 def test_every_crash_class_costs_only_its_own_cell(graded):

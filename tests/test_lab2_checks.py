@@ -11,7 +11,8 @@ from cpu_clock import timed
 from notebook_tools import assert_check_contract
 
 from specdec.decoder.kv_cache import KVCache
-from specdec.decoder.verify import greedy_accept
+from specdec.decoder.tree import ancestors, tree_mask
+from specdec.decoder.verify import greedy_accept, tree_greedy_accept
 from specdec.grading import check, exercises_for_lab, lab2
 from specdec.grading.registry import get_exercise, run_check
 from specdec.sim import formulas, stats
@@ -77,6 +78,30 @@ def verify_step(kept, shift: int = 0, name: str = "verify_and_commit"):
 verify_and_commit = verify_step(lambda accepted, k, done: torch.where(done, 0, accepted + 1))
 
 
+def tree_attention_mask(lengths, parents, span):
+    return tree_mask(lengths, parents, span)
+
+
+def accepted_path(tokens, parents, target_logits):
+    depths = lab2.depths_of(parents)
+    return tree_greedy_accept(tokens, parents, depths, int(depths.max()), target_logits)
+
+
+def accepted_path_loop(tokens, parents, target_logits):
+    """The walk written out row by row, as a student might: from the root, the child equal to the argmax."""
+    best = target_logits.argmax(-1)
+    out = []
+    for b in range(tokens.shape[0]):
+        node, depth = 0, 0
+        while True:
+            nxt = [c for c in range(tokens.shape[1]) if parents[b, c] == node and tokens[b, c] == best[b, node]]
+            if not nxt:
+                break
+            node, depth = nxt[0], depth + 1
+        out.append((depth, node, int(best[b, node])))
+    return tuple(torch.tensor(x) for x in zip(*out))
+
+
 REFERENCE = {
     "lab2.q1": ("greedy_verify_batch", greedy_verify_batch),
     "lab2.q2": ("commit_step", commit_step),
@@ -86,6 +111,8 @@ REFERENCE = {
     "lab2.q6": ("choose_k", choose_k),
     "lab2.q7": ("chained_loss", chained_loss),
     "lab2.q8": ("verify_and_commit", verify_and_commit),
+    "lab2.q9": ("tree_attention_mask", tree_attention_mask),
+    "lab2.q10": ("accepted_path", accepted_path),
 }
 
 
@@ -208,6 +235,78 @@ def step_bonus_one_early(target, cache, pending, drafts, done):
     return accepted, best.gather(1, accepted.clamp(max=k - 1)[:, None])[:, 0]
 
 
+# --- draft trees: the mask (q9) and the greedy walk (q10) ------------------------------------------
+
+
+def block_part(lengths, parents, span, m):
+    """m [B, N, N] over the block's nodes -> [B, N, span] at slots lengths + j."""
+    N = parents.shape[1]
+    rel = torch.arange(span) - lengths.view(-1, 1, 1)
+    return (rel >= 0) & (rel < N) & m.gather(2, rel.clamp(0, N - 1).expand(-1, N, -1))
+
+
+def prefix_of(lengths, span):
+    return torch.arange(span) < lengths.view(-1, 1, 1)
+
+
+def mask_sees_siblings(lengths, parents, span):  # the causal mask over the block: every node written before
+    B, N = parents.shape
+    return prefix_of(lengths, span) | block_part(lengths, parents, span, torch.ones(B, N, N, dtype=torch.bool).tril())
+
+
+def mask_misses_prefix(lengths, parents, span):
+    return block_part(lengths, parents, span, ancestors(parents))
+
+
+def mask_misses_itself(lengths, parents, span):
+    eye = torch.eye(parents.shape[1], dtype=torch.bool)
+    return prefix_of(lengths, span) | block_part(lengths, parents, span, ancestors(parents) & ~eye)
+
+
+def mask_sees_descendants(lengths, parents, span):
+    return prefix_of(lengths, span) | block_part(lengths, parents, span, ancestors(parents).transpose(1, 2))
+
+
+def walk(tokens, parents, target_logits, first_child_only=False, levels=None):
+    """The greedy walk with a mistake switched on: only the first child looked at, or `levels` levels at most."""
+    best = target_logits.argmax(-1)
+    B, N = tokens.shape
+    acc, last = torch.zeros(B, dtype=torch.long), torch.zeros(B, dtype=torch.long)
+    for b in range(B):
+        node, depth = 0, 0
+        while levels is None or depth < levels:
+            kids = [c for c in range(N) if parents[b, c] == node]
+            if first_child_only:
+                kids = kids[:1]
+            nxt = [c for c in kids if tokens[b, c] == best[b, node]]
+            if not nxt:
+                break
+            node, depth = nxt[0], depth + 1
+        acc[b], last[b] = depth, node
+    return acc, last, best, B
+
+
+def path_first_child_always(tokens, parents, target_logits):
+    acc, last, best, B = walk(tokens, parents, target_logits, first_child_only=True)
+    return acc, last, best[torch.arange(B), last]
+
+
+def path_stops_one_early(tokens, parents, target_logits):  # the loop runs depth - 1 levels
+    depth = int(lab2.depths_of(parents).max())
+    acc, last, best, B = walk(tokens, parents, target_logits, levels=depth - 1)
+    return acc, last, best[torch.arange(B), last]
+
+
+def path_bonus_at_chain_index(tokens, parents, target_logits):  # a chain's habit: the argmax at node `accepted`
+    acc, last, best, B = walk(tokens, parents, target_logits)
+    return acc, last, best[torch.arange(B), acc]
+
+
+def path_bonus_at_parent(tokens, parents, target_logits):
+    acc, last, best, B = walk(tokens, parents, target_logits)
+    return acc, last, best[torch.arange(B), parents[torch.arange(B), last].clamp(min=0)]
+
+
 PLANTED = [
     ("lab2.q1", "greedy_verify_batch", greedy_counts_every_match),
     ("lab2.q1", "greedy_verify_batch", greedy_no_bonus),
@@ -233,6 +332,14 @@ PLANTED = [
     ("lab2.q8", "verify_and_commit", step_bonus_one_early),
     ("lab2.q8", "verify_and_commit", step_positions_one_late),
     ("lab2.q8", "verify_and_commit", step_moves_finished_rows),
+    ("lab2.q9", "tree_attention_mask", mask_sees_siblings),
+    ("lab2.q9", "tree_attention_mask", mask_misses_prefix),
+    ("lab2.q9", "tree_attention_mask", mask_misses_itself),
+    ("lab2.q9", "tree_attention_mask", mask_sees_descendants),
+    ("lab2.q10", "accepted_path", path_first_child_always),
+    ("lab2.q10", "accepted_path", path_stops_one_early),
+    ("lab2.q10", "accepted_path", path_bonus_at_chain_index),
+    ("lab2.q10", "accepted_path", path_bonus_at_parent),
 ]
 
 
@@ -243,8 +350,8 @@ def seeded(request):
 
 def test_exercise_list():
     exs = exercises_for_lab(2)
-    assert [e.id for e in exs] == [f"lab2.q{i}" for i in range(1, 9)]
-    assert [e.points for e in exs] == [2, 2, 2, 1, 1, 2, 2, 3]
+    assert [e.id for e in exs] == [f"lab2.q{i}" for i in range(1, 11)]
+    assert [e.points for e in exs] == [2, 2, 2, 1, 1, 2, 2, 3, 2, 2]
 
 
 @pytest.mark.parametrize("ex_id", sorted(REFERENCE))
@@ -385,6 +492,60 @@ def test_verify_step_checks_the_cache_itself():
 
     res = run_check(ex, {"verify_and_commit": rebuilt}, seed=0)
     assert res.score == 0.0 and "one tensor per layer" in res.message, res.message
+
+
+HINTS_TREES = [  # (exercise, its function, planted mistake, what the feedback names, the most it may score)
+    ("lab2.q9", "tree_attention_mask", mask_sees_siblings, "not every node written before it", 0.5),
+    ("lab2.q9", "tree_attention_mask", mask_misses_prefix, "committed prefix", 0.0),
+    ("lab2.q9", "tree_attention_mask", mask_misses_itself, "sees itself", 0.0),
+    ("lab2.q9", "tree_attention_mask", mask_sees_descendants, "not descendants", 0.0),
+    ("lab2.q10", "accepted_path", path_first_child_always, "not only its first", 0.9),
+    ("lab2.q10", "accepted_path", path_stops_one_early, "down to the deepest node", 0.9),
+    ("lab2.q10", "accepted_path", path_bonus_at_chain_index, "not node `accepted`", 0.95),
+    ("lab2.q10", "accepted_path", path_bonus_at_parent, "not at its parent", 0.95),
+]
+
+
+@pytest.mark.parametrize("ex_id,name,fn,hint,most", HINTS_TREES, ids=[f.__name__ for _, _, f, _, _ in HINTS_TREES])
+def test_tree_mistakes_lose_points_and_are_named(ex_id, name, fn, hint, most, seeded):
+    res = run_check(get_exercise(ex_id), {name: fn}, seed=seeded)
+    assert res.score <= most and res.score < 1 and hint in res.message, res.message
+
+
+def test_tree_answers_written_out_score_full(seeded):
+    """A row-by-row walk, and a mask of 0/1 integers built with Python loops, are right answers too."""
+    assert run_check(get_exercise("lab2.q10"), {"accepted_path": accepted_path_loop}, seed=seeded).score == 1.0
+
+    def mask_loops(lengths, parents, span):
+        B, N = parents.shape
+        m = np.zeros((B, N, span), dtype=np.int64)
+        for b in range(B):
+            for i in range(N):
+                m[b, i, : int(lengths[b])] = 1
+                node = i
+                while node >= 0:
+                    m[b, i, int(lengths[b]) + node] = 1
+                    node = int(parents[b, node])
+        return m
+
+    assert run_check(get_exercise("lab2.q9"), {"tree_attention_mask": mask_loops}, seed=seeded).score == 1.0
+
+
+def test_tree_exercises_may_not_call_the_library():
+    from specdec.grading.tampering import calls_reference
+
+    for ex_id, name, body in (
+        ("lab2.q9", "tree_attention_mask(lengths, parents, span)", "return tree_mask(lengths, parents, span)"),
+        ("lab2.q10", "accepted_path(tokens, parents, target_logits)",
+         "return tree_greedy_accept(tokens, parents, parents * 0, 9, target_logits)"),
+    ):
+        refs = get_exercise(ex_id).references()
+        cells = ["from specdec import tree_mask, tree_greedy_accept", f"def {name}:\n    {body}"]
+        assert calls_reference(cells, name.split("(")[0], refs) is not None, ex_id
+    res = run_check(get_exercise("lab2.q9"), {"tree_attention_mask": lambda lengths, parents, span: parents}, seed=0)
+    assert res.score == 0.0 and "[B, N, span]" in res.message, res.message
+    res = run_check(get_exercise("lab2.q10"), {"accepted_path": lambda t, p, lg: greedy_accept(t[:, 1:], lg)}, seed=0)
+    assert res.score == 0.0 and "three tensors" in res.message, res.message
 
 
 def test_wrong_return_types_get_clear_messages(seeded):

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LECTURE = ROOT / "notebooks" / "02_static_k_mtp.ipynb"
 SOLUTION = ROOT / "solutions" / "02_static_k_mtp.ipynb"
 BUDGET_S = 180  # the course's limit per Lab 2 notebook, in CPU seconds (a loaded machine does not change them)
-EXERCISES = ["lab2.q1", "lab2.q2", "lab2.q8", "lab2.q3", "lab2.q4", "lab2.q5", "lab2.q6", "lab2.q7"]  # in the notebook's order
+EXERCISES = ["lab2.q1", "lab2.q2", "lab2.q8", "lab2.q3", "lab2.q4", "lab2.q5", "lab2.q6", "lab2.q7", "lab2.q9", "lab2.q10"]  # in the notebook's order
 METHODS = ["mtp", "heads", "draft", "eagle", "ngram"]
 
 
@@ -77,13 +77,14 @@ def test_lecture_runs(tmp_path, inline_plots):
     assert_sampling_summary(out)
     assert_oracle_cut_by_budget(out)
     assert_gap_to_the_oracle_line(out)
-    assert_guesses_shown(out, len(METHODS))
+    assert_guesses_shown(out, len(METHODS) + 1)  # the speedups, and the tree's gain
     assert_grounded_measured(out)
+    assert_tree_section(out)
     assert re.search(r"\d+ of 15 points below the diagonal", out)
     assert re.search(r"this notebook ran on the CPU \d+% to \d+% of the wall time", out)  # how busy the machine was
     assert re.search(r"one plain step: \S+ ms now, \S+ ms in section 7", out)
     assert re.search(r"by rows computed: 1 rows \S+, 2 rows \S+, 3 rows \S+, 4 rows 1.00 of the cost at 4 rows", out)
-    # section 15 reads the committed H200 profile: the matmuls' share, and a verify step against a plain one
+    # section 16 reads the committed H200 profile: the matmuls' share, and a verify step against a plain one
     assert re.search(r"your guess for the matmuls' share: None; measured: 0\.\d\d \(\S+ ms, \S+x the floor\)", out), out
     assert re.search(r"a compiled verify of 4 positions \S+ ms = 1\.\d\d plain steps", out)
     assert re.search(r"later, with SiLU\(gate\) x up in a buffer of its own: the compiled step \d\.\d\d ms \(1\.\d\dx the floor\); "
@@ -91,7 +92,7 @@ def test_lecture_runs(tmp_path, inline_plots):
 
 
 def assert_zoo_training_read(out):
-    """Section 8 reads both acceptance rows of the zoo's MTP layer from zoo.json, and which GPU ran what."""
+    """Section 9 reads both acceptance rows of the zoo's MTP layer from zoo.json, and which GPU ran what."""
     import json
 
     record = json.loads((ROOT / "specdec" / "zoo" / "tiny" / "zoo.json").read_text())["mtp_unrolled"]
@@ -102,6 +103,24 @@ def assert_zoo_training_read(out):
     assert f"steps on {record['device']}, which also measured both rows below" in out
     assert re.search(r"first training \(teacher-forced, one step\): on NVIDIA \w+", out), out
     assert re.search(r"position 4: 0\.\d{3} -> 0\.\d{3}; position 1: 0\.\d{3} -> 0\.\d{3}; the gain (grows|does not grow)", out)
+
+
+def assert_tree_section(out):
+    """Section 8: a tree step by hand equals the engine's, the tree's logits equal plain forwards over each path,
+    chain against tree measured (lossless), and the GPU cost read from the committed log."""
+    diff = re.search(r"each node's logits vs a plain forward over the prompt and its path: max \|difference\| (\S+)", out)
+    assert diff and float(diff.group(1)) < 1e-4, out
+    assert re.search(r"by hand: accepted \d drafts along nodes \[[\d, ]*\], .* the same as the engine's step: True", out), out
+    assert "every run identical to plain decoding: True" in out
+    taus = re.findall(r"^(?:chain|tree), [^(\n]*\(\d verified\)\s+\d\.\d\d\s+\d\.\d\d$", out, re.MULTILINE)
+    assert len(taus) == 4, out
+    for m in ("mtp", "eagle"):
+        assert re.search(rf"^{m}: the tree over the chain at 5 verified tokens [-+]\d\.\d\d, at 8 verified tokens "
+                         r"[-+]\d\.\d\d$", out, re.MULTILINE), out
+    assert re.search(r"^NVIDIA [^\n]*, the zoo, greedy \(gpu_tree_and_defaults\.log\):$", out, re.MULTILINE), out
+    assert re.search(r"eagle: the trees' tau \S+ to \S+ against the chain's \S+, at \d+x to \d+x fewer tokens/s", out), out
+
+
 def assert_grounded_measured(out):
     """The input-grounded category ran: each proposer's tau on code next to grounded, and how much the target copied."""
     rows = re.findall(r"^(\w+)\s+(\d+\.\d\d) -> (\d+\.\d\d)$", out, re.MULTILINE)
@@ -167,7 +186,7 @@ def test_solution_runs_with_full_marks(tmp_path, inline_plots):
     out = text_of(nb)
     for ex in EXERCISES:
         assert re.search(rf"{re.escape(ex)} \[PASS\]", out), f"{ex} did not pass:\n{out}"
-    assert "total: 15 / 15" in out
+    assert "total: 19 / 19" in out
     # q8's See-it: the solution's verify_and_commit decodes the plain text, and its cache holds what the rows kept
     assert "the same text as plain decoding: True" in out, out
     m = re.search(r"cache lengths \[([\d, ]+)\], tokens each row has kept .* \[([\d, ]+)\]", out)
@@ -181,6 +200,9 @@ def test_solution_runs_with_full_marks(tmp_path, inline_plots):
     assert_guesses_shown(out, len(METHODS) + 1)
     assert_grounded_measured(out)
     assert "measured best k = " in out
+    # Part G's See-its: the solution's mask gives every node the logits of its path, its walk the engine's step
+    assert "mask from your tree_attention_mask" in out and "(all agree)" in out, out
+    assert re.search(r"walk from your accepted_path: accepted \d, .*the same: True", out, re.DOTALL), out
 
 
 def assert_tiny_training_ran(out, loss_name, size="20 steps of 8 x 32"):
@@ -207,8 +229,10 @@ def test_untouched_lab_runs_to_the_end_with_zero(tmp_path):
     assert "not done yet" in out  # the worked cells fall back on the reference, and say so
     assert "your commit_step is not done yet" in out
     assert_tiny_training_ran(out, "specdec.chained_soft_ce (your chained_loss: NotImplementedError)", "3 steps of 4 x 16")
-    assert "total: 0 / 15" in out
+    assert "total: 0 / 19" in out
     assert "your verify_and_commit is not done yet" in out
+    assert "your tree_attention_mask is not done yet: NotImplementedError" in out and "(all agree)" in out
+    assert "your accepted_path is not done yet: NotImplementedError" in out
     assert_guesses_shown(out, len(METHODS) + 1)
     assert_grounded_measured(out)  # with DecodeResult.stats in place of the stub
 

@@ -2,7 +2,8 @@
 
 Each calls the student's function on synthetic tensors and compares with specdec: greedy_accept,
 the KVCache's commit/rollback, AcceptanceStats, formulas and the drafters' training loss. No checkpoint is loaded: q8's verify step
-runs on a tiny random-weight model (codec.Model), built alike in the grader and in the kernel.
+runs on a tiny random-weight model (codec.Model), built alike in the grader and in the kernel; q9 and q10
+check a draft tree's attention mask and its greedy walk against specdec.decoder.tree and verify.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import torch
 
 from specdec.decoder.draft_modules import chained_soft_ce, soft_ce
 from specdec.decoder.kv_cache import KVCache
-from specdec.decoder.verify import greedy_accept
+from specdec.decoder.tree import tree_mask
+from specdec.decoder.verify import greedy_accept, tree_greedy_accept
 from specdec.decoder.model import Transformer
 from specdec.grading.answers import as_numpy, close, number, pair, short, vector, whole_in
 from specdec.grading.codec import Model, build_model
@@ -651,4 +653,224 @@ Q8 = Exercise(
     uses=(Q1,),  # step.verify is not named as an answer: the word `verify` in a student's code would look like one
 )
 
-EXERCISES = (Q1, Q2, Q3, Q4, Q5, Q6, Q7, Q8)
+
+# --- q9: the attention mask of a draft tree ----------------------------------------------------------
+
+
+def random_tree_parents(rng: np.random.Generator, N: int, kind: str) -> list[int]:
+    """A verify block's parents: node 0 is the root (the pending token, parent -1), node i's parent is in 0..i-1."""
+    if kind == "chain":
+        return [-1] + list(range(N - 1))
+    if kind == "star":
+        return [-1] + [0] * (N - 1)
+    if kind == "deep":  # a chain with side branches
+        parents = [-1]
+        for i in range(1, N):
+            parents.append(i - 1 if rng.random() < 0.6 else int(rng.integers(0, i)))
+        return parents
+    return [-1] + [int(rng.integers(0, i)) for i in range(1, N)]
+
+
+def mask_cases(rng: np.random.Generator) -> list[Case]:
+    cases = []
+    for kind in ["chain", "star", "empty prefix", "deep"] + ["random"] * 8:
+        B, N = int(rng.integers(1, 5)), int(rng.integers(3, 10))
+        lengths = rng.integers(0 if kind == "empty prefix" else 1, 16, B)
+        if kind == "empty prefix":
+            lengths[0] = 0
+        span = int(lengths.max()) + N + int(rng.integers(0, 5))  # slots past the block: stale, never seen
+        parents = [random_tree_parents(rng, N, kind) for _ in range(B)]
+        cases.append(Case((torch.as_tensor(lengths, dtype=torch.long), torch.tensor(parents), span),
+                          shown=f"lengths={lengths.tolist()}, parents={parents}, span={span}", tag=kind))
+    return cases
+
+
+def ancestor_matrix(parents: np.ndarray) -> np.ndarray:
+    """[B, N] parents -> [B, N, N]: anc[b, i, j] when j is i or an ancestor of i (written out, no tricks)."""
+    B, N = parents.shape
+    anc = np.zeros((B, N, N), dtype=bool)
+    for b in range(B):
+        for i in range(N):
+            node = i
+            while node >= 0:
+                anc[b, i, node] = True
+                node = int(parents[b, node])
+    return anc
+
+
+def mask_mistakes(lengths: torch.Tensor, parents: torch.Tensor, span: int) -> dict[str, np.ndarray]:
+    """Masks that common mistakes give, with what each one forgot."""
+    L, P = lengths.numpy(), parents.numpy()
+    B, N = P.shape
+    rel = np.arange(span)[None, None, :] - L[:, None, None]  # [B, 1, S]: slot - lengths
+    prefix, block = rel < 0, (rel >= 0) & (rel < N)
+    idx = np.clip(rel, 0, N - 1)
+
+    def tree_part(m: np.ndarray) -> np.ndarray:  # m [B, N, N] over the block -> [B, N, S]
+        return block & np.take_along_axis(m, np.broadcast_to(idx, (B, N, span)), axis=2)
+
+    anc = ancestor_matrix(P)
+    eye = np.eye(N, dtype=bool)[None]
+    causal = np.tril(np.ones((N, N), dtype=bool))[None]
+    return {
+        "a node sees its ancestors only, not every node written before it: a sibling is another guess for the same "
+        "position, not part of this node's text": prefix | tree_part(np.broadcast_to(causal, (B, N, N))),
+        "a node sees the committed prefix too: slots 0 .. lengths - 1 of its row": tree_part(anc),
+        "a node sees itself, as a token does in causal attention": prefix | tree_part(anc & ~eye),
+        "ancestors, not descendants: a node's children are guesses that come after it": prefix
+        | tree_part(anc.transpose(0, 2, 1)),
+        "only the node's own path: the rest of the tree is other guesses": prefix | block,
+        "slots from lengths + N on hold stale keys from earlier steps: nothing sees them": prefix
+        | tree_part(anc) | (rel >= N),
+    }
+
+
+def judge_mask(case: Case, got: Any, want: torch.Tensor) -> str | None:
+    lengths, parents, span = case.args
+    B, N = parents.shape
+    m = as_numpy(got)
+    if m is None or m.shape != (B, N, span):
+        raise WrongShape(f"B={B}, N={N}, span={span}: the mask must be a boolean [B, N, span] = ({B}, {N}, {span}) "
+                         f"array, got {short(got) if m is None else f'shape {tuple(m.shape)}'}")
+    if m.dtype != bool and not (np.issubdtype(m.dtype, np.number) and np.isin(m, (0, 1)).all()):
+        raise WrongShape("the mask must hold booleans (or 0/1): True where node i may read slot s")
+    m, w = m.astype(bool), want.numpy()
+    if np.array_equal(m, w):
+        return None
+    hint = next((f" ({why})" for why, v in mask_mistakes(lengths, parents, span).items() if np.array_equal(m, v)), "")
+    b, i = (int(x) for x in np.argwhere((m != w).any(-1))[0])
+    return (f"row {b} (lengths {int(lengths[b])}, parents {parents[b].tolist()}), node {i}: expected it to see slots "
+            f"{np.flatnonzero(w[b, i]).tolist()}, got {np.flatnonzero(m[b, i]).tolist()}{hint}")
+
+
+Q9 = Exercise(
+    id="lab2.q9", points=2, title="the attention mask of a draft tree", reads="tree_attention_mask",
+    signature="(lengths, parents, span)",
+    parts=(Part(mask_cases, judge_mask, tree_mask, what="batches of trees"),),
+)
+
+
+# --- q10: the greedy walk down a verified tree -------------------------------------------------------
+
+
+def depths_of(parents: torch.Tensor) -> torch.Tensor:
+    """[B, N] parents (root: node 0, parent -1) -> each node's depth, the root 0."""
+    depths = torch.zeros_like(parents)
+    for i in range(1, parents.shape[1]):
+        depths[:, i] = depths.gather(1, parents[:, i:i + 1].clamp(min=0))[:, 0] + 1
+    return depths
+
+
+def reference_walk(tokens: torch.Tensor, parents: torch.Tensor, target_logits: torch.Tensor):
+    """The greedy walk (verify.tree_greedy_accept) -> (accepted [B], last [B], next_token [B])."""
+    depths = depths_of(parents)
+    return tree_greedy_accept(tokens, parents, depths, int(depths.max()), target_logits)
+
+
+def walk_case(rng: np.random.Generator, kind: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A batch of verified trees: tokens (siblings differ), parents, and target logits whose argmax at a node
+    equals one of its children's tokens often enough that walks go deep; `kind` plants the case's point."""
+    B, N, V = int(rng.integers(2, 6)), int(rng.integers(4, 11)), int(rng.integers(12, 40))
+    tree_kind = {"deep": "deep", "second": "random"}.get(kind, str(rng.choice(["random", "deep", "star"])))
+    parents = torch.tensor([random_tree_parents(rng, N, tree_kind) for _ in range(B)])
+    tokens = torch.zeros(B, N, dtype=torch.long)
+    tokens[:, 0] = torch.as_tensor(rng.integers(0, V, B))
+    best = np.zeros((B, N), dtype=np.int64)
+    for b in range(B):
+        kids = [[c for c in range(N) if parents[b, c] == n] for n in range(N)]
+        for n in range(N):
+            tokens[b, kids[n]] = torch.as_tensor(rng.permutation(V)[: len(kids[n])], dtype=torch.long)
+        for n in range(N):
+            agree = {"none": 0.0 if n == 0 else 0.8, "deep": 1.0}.get(kind, 0.75)
+            if kids[n] and rng.random() < agree:
+                pick = kids[n][-1] if kind == "second" and len(kids[n]) > 1 else kids[n][int(rng.integers(len(kids[n])))]
+                best[b, n] = int(tokens[b, pick])
+            else:  # a token no child of this node carries
+                best[b, n] = int(rng.choice(np.setdiff1d(np.arange(V), tokens[b, kids[n]].numpy())))
+    logits = torch.as_tensor(rng.normal(0, 1, (B, N, V)), dtype=torch.float32)
+    logits[torch.arange(B)[:, None], torch.arange(N)[None, :], torch.as_tensor(best)] = 10.0  # the argmax, no ties
+    return tokens, parents, logits
+
+
+def walk_cases(rng: np.random.Generator) -> list[Case]:
+    cases = []
+    for kind in ["none", "deep", "second", "second"] + ["mixed"] * 8:
+        tokens, parents, logits = walk_case(rng, kind)
+        B, N = tokens.shape
+        cases.append(Case((tokens, parents, logits), shown=f"B={B}, N={N} nodes", tag=kind))
+    return cases
+
+
+def walk_mistakes(tokens: torch.Tensor, parents: torch.Tensor, logits: torch.Tensor, want) -> dict[str, tuple]:
+    """(accepted, last, next_token) that common mistakes give, with what each one forgot."""
+    best, (acc, last, nxt) = logits.argmax(-1), (w.numpy() for w in want)
+    B, N = tokens.shape
+    depths = depths_of(parents).numpy()
+    parent_of_last = np.array([max(int(parents[b, last[b]]), 0) for b in range(B)])
+
+    def walk(first_only: bool, levels: int) -> np.ndarray:  # the last node of a walk with a mistake switched on
+        ends = []
+        for b in range(B):
+            node, depth = 0, 0
+            while depth < levels:
+                kids = [c for c in range(N) if parents[b, c] == node][: 1 if first_only else N]
+                step = [c for c in kids if int(tokens[b, c]) == int(best[b, node])]
+                if not step:
+                    break
+                node, depth = step[0], depth + 1
+            ends.append(node)
+        return np.array(ends)
+
+    first_child, early = walk(True, N), walk(False, int(depths.max()) - 1)
+    agree = (tokens == best.gather(1, parents.clamp(min=0))).numpy() & (parents.numpy() >= 0)
+    anywhere = np.where(agree, depths, 0).max(1)
+    rows = np.arange(B)
+    return {
+        "the walk may go down to the deepest node: a path that agrees at every depth is accepted whole":
+            (depths[rows, early], early, best.numpy()[rows, early]),
+        "look at every child of the node, not only its first: siblings are the other guesses for the position":
+            (depths[rows, first_child], first_child, best.numpy()[rows, first_child]),
+        "in a tree the node at depth `accepted` is not node `accepted`: read the target's argmax at the last accepted "
+        "node": (acc, last, best.numpy()[rows, np.minimum(acc, N - 1)]),
+        "the next token is the target's argmax at the last accepted node, not at its parent":
+            (acc, last, best.numpy()[rows, parent_of_last]),
+        "a node counts only when its whole path from the root agrees, as a chain's draft counts only after "
+        "the drafts before it": (anywhere, None, None),
+    }
+
+
+def judge_walk(case: Case, got: Any, want: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> list[str | None]:
+    tokens, parents, logits = case.args
+    B, N = tokens.shape
+    if not (isinstance(got, (tuple, list)) and len(got) == 3):
+        raise WrongShape(f"accepted_path must return three tensors (accepted [B], last [B], next_token [B]), "
+                         f"got {short(got)}")
+    try:
+        values = [vector(x, B, name, integer=True) for x, name in zip(got, ("accepted", "last", "next_token"))]
+    except WrongShape as exc:
+        raise WrongShape(f"{case.shown}: {exc}") from None
+    wants = [w.numpy() for w in want]
+    wrong = [not np.array_equal(v, w) for v, w in zip(values, wants)]
+    if not any(wrong):
+        return [None, None, None]
+    hint = ""
+    for why, mistake in walk_mistakes(tokens, parents, logits, want).items():
+        if all(m is None or np.array_equal(v, m) for v, m in zip(values, mistake)):
+            hint = f" ({why})"
+            break
+    b = int(np.flatnonzero(np.any([v != w for v, w in zip(values, wants)], axis=0))[0])
+    best = logits[b].argmax(-1).tolist()
+    why = (f"row {b}: tokens {tokens[b].tolist()}, parents {parents[b].tolist()}, target argmax per node {best}: "
+           f"expected accepted={wants[0][b]}, last={wants[1][b]}, next_token={wants[2][b]}; got {values[0][b]}, "
+           f"{values[1][b]}, {values[2][b]}{hint}")
+    return [why if w else None for w in wrong]
+
+
+Q10 = Exercise(
+    id="lab2.q10", points=2, title="the accepted path of a verified tree, greedily", reads="accepted_path",
+    signature="(tokens, parents, target_logits)",
+    parts=(Part(walk_cases, judge_walk, reference_walk, what="batches of verified trees"),),
+    answered_by=("specdec.decoder.verify:tree_greedy_accept",),
+)
+
+EXERCISES = (Q1, Q2, Q3, Q4, Q5, Q6, Q7, Q8, Q9, Q10)
