@@ -12,17 +12,13 @@ T0=$(date +%s)
 stamp() { echo "== [$(( $(date +%s) - T0 )) s] $*"; }
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 
+. "$(dirname "$0")/serve_bg.sh"
+
 sweep() {  # NAME PORT FLAGS...
   local name=$1 port=$2; shift 2
   stamp "specdec serve $* (background, SIGINT ignored)"
-  ( trap '' INT; exec python3 -m specdec serve --model tiny --port "$port" --max-running-requests 64 "$@" \
-      > "$OUT/serve-$name.log" 2>&1 ) &
-  local pid=$!
-  for _ in $(seq 1 240); do
-    curl -sf "http://127.0.0.1:$port/health_generate" > /dev/null && break
-    kill -0 $pid 2>/dev/null || { echo "specdec serve exited:"; cat "$OUT/serve-$name.log"; return 1; }
-    sleep 0.5
-  done
+  serve_bg "$name" "$port" --max-running-requests 64 "$@" || return 1
+  local pid=$SERVE_PID
   head -n 2 "$OUT/serve-$name.log"
   python3 -m specdec bench --url "http://127.0.0.1:$port" --categories code,open --concurrency 1,4,16,64 \
       --max-new-tokens 128 --min-run-s 4 --quiet --out "$OUT/$name.json"

@@ -12,16 +12,12 @@ T0=$(date +%s)
 stamp() { echo "== [$(( $(date +%s) - T0 )) s] $*"; }
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 
+. "$(dirname "$0")/serve_bg.sh"
+
 sweep() {  # NAME ALGORITHM PORT
   stamp "specdec serve --speculative-algorithm $2 (background, SIGINT ignored)"
-  ( trap '' INT; exec python3 -m specdec serve --model tiny --speculative-algorithm "$2" --k 3 --port "$3" \
-      --max-running-requests 16 > "$OUT/serve-$1.log" 2>&1 ) &
-  local pid=$!
-  for _ in $(seq 1 240); do
-    curl -sf "http://127.0.0.1:$3/health_generate" > /dev/null && break
-    kill -0 $pid 2>/dev/null || { echo "specdec serve exited:"; cat "$OUT/serve-$1.log"; return 1; }
-    sleep 0.5
-  done
+  serve_bg "$1" "$3" --speculative-algorithm "$2" --k 3 --max-running-requests 16 || return 1
+  local pid=$SERVE_PID
   head -n 3 "$OUT/serve-$1.log"
   stamp "specdec bench $1"
   python3 -m specdec bench --url "http://127.0.0.1:$3" --categories predictable,code,open --concurrency 1,4,16 \

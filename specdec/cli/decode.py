@@ -12,7 +12,6 @@ from specdec.cli import fast
 from specdec.cli.common import UsageError, add_threads, threads
 from specdec.decoder.engine import Engine
 from specdec.decoder.methods import METHODS
-from specdec.decoder.tree import TreeShape
 from specdec.serving.measure.machine import busy_warning, machine_line
 from specdec.zoo import ModelNotFound
 
@@ -34,11 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="ar (plain), mtp (the MTP layer), heads (parallel MTP heads), draft, eagle, ngram")
     p.add_argument("--k", type=int, default=None, help="drafts per verify step (static k, default 4): a tree's depth")
     p.add_argument("--num-steps", type=int, default=None, help="SGLang's name for --k (draft depth)")
-    p.add_argument("--topk", type=int, default=1,
-                   help="candidates per node: > 1 drafts a tree (mtp, eagle, heads; SGLang's --speculative-eagle-topk)")
-    p.add_argument("--num-draft-tokens", type=int, default=None,
-                   help="tokens the target verifies, the root included (SGLang's); default k + 1 at topk 1, "
-                        "else k x topk + 1")
+    fast.add_tree_arguments(p)
     p.add_argument("--batch", type=int, default=1, help="rows decoded together (prompts are cycled)")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--temperature", type=float, default=0.0)
@@ -62,10 +57,7 @@ def main(args) -> int:
     for name, low in (("k", 1), ("batch", 1), ("max_new_tokens", 1), ("temperature", 0)):
         if getattr(args, name) < low:
             raise UsageError(f"--{name.replace('_', '-')} must be >= {low}, got {getattr(args, name)}")
-    try:
-        shape = TreeShape.make(args.k, args.topk, args.num_draft_tokens)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    shape = fast.tree_shape(args)
     torch.set_num_threads(threads(args))
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda") and not torch.cuda.is_available():

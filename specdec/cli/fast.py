@@ -15,8 +15,26 @@ import torch
 from specdec.cli.common import UsageError
 from specdec.decoder import compile_cache
 from specdec.decoder.bundle import fuse_bundle
+from specdec.decoder.tree import TreeShape
 from specdec.zoo import load_bundle
 from specdec.zoo.dummy import random_bundle
+
+
+def add_tree_arguments(p: argparse.ArgumentParser) -> None:
+    """A draft tree's flags, as SGLang names them (its long spellings too); the depth is the verb's --k."""
+    p.add_argument("--topk", "--speculative-eagle-topk", dest="topk", type=int, default=1,
+                   help="candidates per node: > 1 drafts a tree (mtp, eagle, heads), verified eagerly")
+    p.add_argument("--num-draft-tokens", "--speculative-num-draft-tokens", dest="num_draft_tokens", type=int,
+                   default=None, help="tokens a verify step checks, the root included (SGLang's); default k + 1 at "
+                                      "topk 1, else k x topk + 1")
+
+
+def tree_shape(args: argparse.Namespace) -> TreeShape:
+    """The checked tree (topk 1: the chain of args.k drafts); a shape SGLang would refuse is a one-line error."""
+    try:
+        return TreeShape.make(args.k, args.topk, args.num_draft_tokens)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -13,7 +13,6 @@ from specdec.cli import fast
 from specdec.cli.common import UsageError, add_threads, threads
 from specdec.decoder.engine import Engine
 from specdec.decoder.methods import METHODS, SPELLINGS, method_named
-from specdec.decoder.tree import TreeShape
 from specdec.serving.server.scheduler import Scheduler
 from specdec.serving.server.app import ServerArgs, bind, describe, run, warm_up
 from specdec.zoo import ModelNotFound
@@ -27,11 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--speculative-algorithm", default="none", type=str.lower, choices=algorithms,
                    help="none, mtp (NEXTN: the target's MTP layer), eagle, draft (STANDALONE), ngram, heads")
     p.add_argument("--k", "--speculative-num-steps", dest="k", type=int, default=4, help="drafts per step (a tree's depth)")
-    p.add_argument("--topk", "--speculative-eagle-topk", dest="topk", type=int, default=1,
-                   help="candidates per node: > 1 drafts a tree (mtp, eagle, heads), verified eagerly")
-    p.add_argument("--num-draft-tokens", "--speculative-num-draft-tokens", dest="num_draft_tokens", type=int,
-                   default=None, help="tokens a verify step checks, the root included (SGLang's); default k + 1 at "
-                                      "topk 1, else k x topk + 1")
+    fast.add_tree_arguments(p)
     p.add_argument("--draft", "--speculative-draft-model-path", dest="draft", default=None,
                    help="the draft model (draft) or EAGLE head directory (eagle), when the model has none beside it")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
@@ -61,10 +56,7 @@ def main(args: argparse.Namespace) -> int:
             raise UsageError(f"{flag} must be >= 1, got {value}")
     if not 0 <= args.port < 65536:
         raise UsageError(f"--port must be in 0..65535, got {args.port}")
-    try:
-        shape = TreeShape.make(args.k, args.topk, args.num_draft_tokens)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    shape = fast.tree_shape(args)
     torch.set_num_threads(threads(args))
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda") and not torch.cuda.is_available():

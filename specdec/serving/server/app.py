@@ -53,6 +53,12 @@ class ServerArgs:
     speculative_eagle_topk: int | None = None  # 1: a chain
     speculative_num_draft_tokens: int | None = None  # tokens a verify step checks, the root included
 
+    def draft_tokens(self) -> int | None:
+        """Tokens a verify step checks, the root included (a chain of k drafts: k + 1); None without speculation."""
+        if not self.speculative_algorithm:
+            return None
+        return self.speculative_num_draft_tokens or (self.speculative_num_steps or 0) + 1
+
 
 def error(status: int, message: str) -> JSONResponse:
     """One line of JSON, in the shape SGLang's OpenAI layer uses."""
@@ -301,14 +307,13 @@ def build_app(scheduler: Scheduler, args: ServerArgs, api_key: str | None = None
                     "num_running_reqs": state["num_running_reqs"], "num_queue_reqs": state["num_queue_reqs"],
                     "step_time_dict": state["step_time_dict"]}
         internal["memory_usage"] = memory_usage(engine)
-        draft_tokens = (args.speculative_num_draft_tokens or k + 1) if speculative else None  # a chain: k + 1
-        internal["max_speculative_num_draft_tokens"] = draft_tokens
+        internal["max_speculative_num_draft_tokens"] = args.draft_tokens()
         if "avg_spec_accept_length" in state:  # as in SGLang, absent until a verify step has been counted
             internal["avg_spec_accept_length"] = state["avg_spec_accept_length"]
         return {**asdict(args), "tokenizer_path": args.model_path, "status": "ready", "version": API_VERSION,
                 "specdec_version": __version__,
                 "speculative_eagle_topk": (args.speculative_eagle_topk or 1) if speculative else None,
-                "speculative_num_draft_tokens": draft_tokens,
+                "speculative_num_draft_tokens": args.draft_tokens(),
                 "max_total_num_tokens": engine.capacity * engine.max_len, "internal_states": [internal]}
 
     @app.api_route("/flush_cache", methods=["GET", "POST"])
@@ -342,7 +347,7 @@ def prometheus(state: dict, args: ServerArgs) -> str:
                  ("spec_accept_length", "gauge", length),
                  ("spec_accept_rate", "gauge", (length - 1) / k if length and k else 0.0),
                  ("spec_num_steps", "gauge", k),
-                 ("spec_num_draft_tokens", "gauge", args.speculative_num_draft_tokens or k + 1)]
+                 ("spec_num_draft_tokens", "gauge", args.draft_tokens())]
     out = []
     for name, kind, value in rows:
         out += [f"# TYPE sglang:{name} {kind}", f"sglang:{name}{label} {float(value)}"]
