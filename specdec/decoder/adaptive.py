@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from specdec.sim import formulas
+
 
 @dataclass
 class AdaptiveK:
@@ -40,12 +42,8 @@ class AdaptiveK:
         return [h / t if t > 0 else self.prior for h, t in zip(self.hits, self.tries)]
 
     def expected_tokens(self, k: int) -> float:
-        """Tokens a step of k drafts keeps per row: the target's own, plus each draft whose predecessors held."""
-        total, run = 1.0, 1.0
-        for a in self.acceptance()[:k]:
-            run *= a
-            total += run
-        return total
+        """Tokens a step of k drafts keeps per row: Lab 1's tau from the acceptance by position (1 at k = 0)."""
+        return formulas.tau_from_positions(self.acceptance()[:k]) if k > 0 else 1.0
 
     def step_cost(self, batch: int, k: int) -> float:
         return max(1.0, batch * (k + 1) / self.knee) + k * self.draft_cost * max(1.0, batch / self.knee)
