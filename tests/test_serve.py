@@ -295,8 +295,10 @@ def test_another_model_name_is_served_and_said_once(server, caplog):
 
 def test_a_tree_is_served_with_the_same_tokens_and_sglangs_numbers(tiny_bundle, alone):
     """`specdec serve --topk 2 --num-draft-tokens 6` (the EAGLE head's tree): greedy answers equal plain decoding,
-    concurrent requests too, and /server_info and meta_info say what a tree server of SGLang's says."""
-    with running_server(tiny_bundle, "eagle", k=3, max_batch=4, topk=2, num_draft_tokens=6) as (url, _):
+    concurrent requests too, and /server_info and meta_info say what a tree server of SGLang's says. The engine
+    runs under the emulated CUDA graphs: the tree is drafted and verified in captured steps, as on a GPU."""
+    with running_server(tiny_bundle, "eagle", k=3, max_batch=4, topk=2, num_draft_tokens=6,
+                        cuda_graphs="emulate") as (url, sched):
         with ThreadPoolExecutor(4) as pool:
             outs = list(pool.map(lambda p: generate(url, p), PROMPTS))
         info = requests.get(f"{url}/server_info", timeout=10).json()
@@ -309,3 +311,4 @@ def test_a_tree_is_served_with_the_same_tokens_and_sglangs_numbers(tiny_bundle, 
     assert info["speculative_eagle_topk"] == 2 and info["speculative_num_draft_tokens"] == 6
     assert info["internal_states"][0]["max_speculative_num_draft_tokens"] == 6
     assert 'sglang:spec_num_draft_tokens{model_name="tiny"} 6.0' in metrics
+    assert any(name == "tree" for name, *_ in sched.engine.graphs.captured)

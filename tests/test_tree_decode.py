@@ -183,11 +183,54 @@ def test_greedy_tree_equals_plain(tiny_bundle, plain, code_prompts, method, num_
     assert 1.0 <= res.stats.tau <= num_steps + 1 and res.steps < plain.steps
 
 
-def test_under_graphs_a_tree_runs_eagerly_and_equals_plain(tiny_bundle, plain, code_prompts):
-    """The emulated graphs (the CPU twin of CUDA graphs): the drafter's extend replays its capture, the tree's
-    own passes run eagerly over the graphs' span buckets."""
-    eng = Engine(tiny_bundle, "mtp", k=3, topk=2, num_draft_tokens=6, cuda_graphs="emulate", min_span=64)
-    assert eng.generate(code_prompts, max_new_tokens=N).tokens == plain.tokens
+@pytest.mark.parametrize("method,num_steps,topk,num_draft_tokens",
+                         [("eagle", 4, 4, 8), ("eagle", 2, 4, 11), ("mtp", 3, 2, 6), ("mtp", 5, 4, 16),
+                          ("heads", 4, 2, 5), ("heads", 3, 8, 16)])
+def test_under_graphs_a_tree_is_captured_and_equals_plain(tiny_bundle, plain, code_prompts, method, num_steps, topk,
+                                                          num_draft_tokens):
+    """The emulated graphs (the CPU twin of CUDA graphs, which also refuses a host sync inside a capture): the
+    drafter's tree and the tree's verify replay their captures, over span buckets of 16.. slots; greedy output
+    is plain decoding's."""
+    if num_steps > tiny_bundle.heads.num_heads and method == "heads":
+        pytest.skip(f"the zoo has {tiny_bundle.heads.num_heads} heads")
+    eng = Engine(tiny_bundle, method, k=num_steps, topk=topk, num_draft_tokens=num_draft_tokens,
+                 cuda_graphs="emulate", min_span=16)
+    res = eng.generate(code_prompts, max_new_tokens=N)
+    assert res.tokens == plain.tokens and res.steps < plain.steps
+    names = {name for name, *_ in eng.graphs.captured} | {name for name, *_ in eng.proposer.graphs.captured}
+    assert {"tree", f"tree {num_steps}/{topk}/{num_draft_tokens}"} <= names, names  # nothing ran eagerly
+    assert len({span for name, span, *_ in eng.graphs.captured if name == "tree"}) >= 2  # a run crossing buckets
+
+
+@pytest.mark.parametrize("method", ["eagle", "mtp", "heads"])
+def test_graphed_trees_stay_valid_as_rows_come_and_go(tiny_bundle, code_prompts, method):
+    """Continuous batching under emulated graphs: rows of different lengths join every other step into reused
+    slots and leave when done (widths 1, 2, 4), each request's tokens those of decoding it alone, plainly."""
+    from test_cuda_graphs import join_and_leave
+
+    alone = join_and_leave(Engine(tiny_bundle, "ar", max_batch=3, cuda_graphs="off"), code_prompts)
+    eng = Engine(tiny_bundle, method, k=3, topk=4, num_draft_tokens=8, max_batch=3, cuda_graphs="emulate",
+                 min_span=16)
+    assert join_and_leave(eng, code_prompts) == alone
+    assert {rows for name, _, rows, _ in eng.graphs.captured if name == "tree"} == {1, 2, 3}
+
+
+def test_a_host_sync_in_a_tree_step_fails_its_emulated_capture(tiny_bundle, code_prompts, monkeypatch):
+    """The twin catches what a CUDA capture refuses: a verify that reads a value on the host."""
+    import specdec.decoder.engine as engine_mod
+
+    real = engine_mod.tree_verify
+
+    def syncing(target, cache, rows, tree, topk, u):
+        rows.lengths.max().item()  # e.g. a span read off the device
+        return real(target, cache, rows, tree, topk, u)
+
+    monkeypatch.setattr(engine_mod, "tree_verify", syncing)
+    eng = Engine(tiny_bundle, "eagle", k=3, topk=2, num_draft_tokens=6, cuda_graphs="emulate")
+    with pytest.raises(RuntimeError, match="syncs the host: Tensor.item"):
+        eng.generate(code_prompts, max_new_tokens=4)
+    assert Engine(tiny_bundle, "eagle", k=3, topk=2, num_draft_tokens=6, cuda_graphs="off").generate(
+        code_prompts, max_new_tokens=4).steps > 0  # eager, the same step is fine
 
 
 def test_after_a_tree_step_the_committed_cache_is_what_a_prefill_writes(tiny_bundle, code_prompts):

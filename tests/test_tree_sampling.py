@@ -1,7 +1,8 @@
 """At temperature > 0 a draft tree keeps the target's distribution: chi-square over the first four tokens
 (token 1 from the prefill, tokens 2-4 from one tree verify: the root's candidates, a depth-2 node's and the
 bonus), with the random peaked bundle of tests/test_sampling.py; the same test rejects a planted bug (after a
-rejected candidate, the next is judged against the same r, not against r without it)."""
+rejected candidate, the next is judged against the same r, not against r without it). The decoder runs under
+the emulated CUDA graphs (the tree drafted and verified in captured steps), one case also eagerly."""
 
 import pytest
 import torch
@@ -12,20 +13,26 @@ from specdec.decoder.engine import Engine
 from specdec.sim.stats import chi_square_test
 
 
-def tree_chi2(bundle, method, topk, num_draft_tokens, n=4, seed=0, top_p=1.0, top_k=0):  # noqa: F811
+def tree_chi2(bundle, method, topk, num_draft_tokens, n=4, seed=0, top_p=1.0, top_k=0,  # noqa: F811
+              graphs="emulate"):
     joint = exact_joint(bundle.target, n, top_p, top_k)
     index = {s: i for i, s in enumerate(joint)}
     dec = Engine(bundle, method, k=2, topk=topk, num_draft_tokens=num_draft_tokens, max_batch=N_ROWS, max_len=24,
-                 cuda_graphs="off")
+                 cuda_graphs=graphs, min_span=24)
     res = dec.generate([PROMPT] * N_ROWS, max_new_tokens=n, temperature=T, seed=seed, stop_at_eos=False, top_p=top_p,
                        top_k=top_k)
     assert all(tuple(t) in index for t in res.tokens), "a token outside the (truncated) target distribution"
+    if graphs == "emulate":  # the sampled verify replayed its capture (the planted bug runs there too)
+        assert any(name.startswith("tree/") for name, *_ in dec.graphs.captured), list(dec.graphs.captured)
     return chi_square_test([index[tuple(t)] for t in res.tokens], list(joint.values())), res
 
 
-@pytest.mark.parametrize("method,topk,num_draft_tokens", [("eagle", 2, 7), ("mtp", 3, 10), ("heads", 3, 8)])
-def test_a_sampled_tree_keeps_the_target_distribution(bundle, method, topk, num_draft_tokens):  # noqa: F811
-    result, res = tree_chi2(bundle, method, topk, num_draft_tokens)
+@pytest.mark.parametrize("method,topk,num_draft_tokens,graphs",
+                         [("eagle", 2, 7, "emulate"), ("mtp", 3, 10, "emulate"), ("heads", 3, 8, "emulate"),
+                          ("eagle", 2, 7, "off")])
+def test_a_sampled_tree_keeps_the_target_distribution(bundle, method, topk, num_draft_tokens, graphs):  # noqa: F811
+    """Under the emulated graphs (the drafter's tree and the verify replayed) and eagerly."""
+    result, res = tree_chi2(bundle, method, topk, num_draft_tokens, graphs=graphs)
     hist = res.stats.histogram  # verify steps with 0, 1, 2 drafts accepted
     assert hist[0] > 300 and hist[1] > 300 and hist[2] > 50, hist  # rejections, depth-2 walks, bonus tokens
     assert result.pvalue > 1e-3, f"chi2 {result.statistic:.1f} on {result.dof} dof, p = {result.pvalue:.2e}"

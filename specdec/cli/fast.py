@@ -23,7 +23,7 @@ from specdec.zoo.dummy import random_bundle
 def add_tree_arguments(p: argparse.ArgumentParser) -> None:
     """A draft tree's flags, as SGLang names them (its long spellings too); the depth is the verb's --k."""
     p.add_argument("--topk", "--speculative-eagle-topk", dest="topk", type=int, default=1,
-                   help="candidates per node: > 1 drafts a tree (mtp, eagle, heads), verified eagerly")
+                   help="candidates per node: > 1 drafts a tree (mtp, eagle, heads), in CUDA graphs as the chain")
     p.add_argument("--num-draft-tokens", "--speculative-num-draft-tokens", dest="num_draft_tokens", type=int,
                    default=None, help="tokens a verify step checks, the root included (SGLang's); default k + 1 at "
                                       "topk 1, else k x topk + 1")

@@ -14,6 +14,7 @@ import sys
 from typing import Callable
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 # What inductor is told when it compiles a step (docs/results.md, the section "Where a batch-1 step's time goes"):
 # - tune each reduction's tile sizes by coordinate descent. The one-row matmuls of model.Linear are such
@@ -56,16 +57,54 @@ class GraphedStep:
         return self.static_out
 
 
+# Tensor operations that make the host wait for the device (a value, or a shape read off the data): a CUDA
+# graph cannot capture them, so its CPU twin refuses them too
+HOST_SYNCS = frozenset({"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "nonzero", "argwhere",
+                        "masked_select", "unique", "unique_consecutive", "numpy", "cpu"})
+
+
+class NoHostSync(TorchFunctionMode):
+    """Raises on a host sync inside a captured function (HOST_SYNCS, a boolean-mask index, a one-argument
+    `where`, repeat_interleave by a tensor of counts): the CPU twin finds what a CUDA capture would refuse."""
+
+    allowed = 0  # > 0 inside allow_host_sync: a test's own probe, not the step's
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if not NoHostSync.allowed and (name in HOST_SYNCS or (name == "where" and len(args) + len(kwargs) == 1)
+                or (name in ("__getitem__", "__setitem__") and _bool_index(args[1]))
+                or (name == "repeat_interleave" and len(args) > 1 and isinstance(args[1], torch.Tensor))):
+            raise RuntimeError(f"a captured step syncs the host: Tensor.{name} (a CUDA graph cannot capture it)")
+        return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def allow_host_sync():
+    """Lets a test's probe read values inside an emulated capture (a real capture would still refuse it)."""
+    NoHostSync.allowed += 1
+    try:
+        yield
+    finally:
+        NoHostSync.allowed -= 1
+
+
+def _bool_index(index) -> bool:
+    items = index if isinstance(index, tuple) else (index,)
+    return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in items)
+
+
 class EmulatedGraph:
     """The CPU twin of GraphedStep, for tests: the same static-buffer contract (inputs copied into
-    fixed tensors, outputs written into the same tensors at every replay), without CUDA."""
+    fixed tensors, outputs written into the same tensors at every replay), without CUDA; and, as a
+    capture does, it refuses a host sync inside fn (NoHostSync)."""
 
     def __init__(self, fn: Callable, example_args: tuple[torch.Tensor, ...], state: tuple[torch.Tensor, ...] = (),
                  pool=None):
         self.fn = fn
         self.static_in = tuple(a.clone() for a in example_args)
         saved = [t.clone() for t in state]
-        with torch.no_grad():
+        with torch.no_grad(), NoHostSync():
             self.static_out = _clone(fn(*self.static_in))
         for t, v in zip(state, saved):
             t.copy_(v)
@@ -74,7 +113,7 @@ class EmulatedGraph:
         for dst, src in zip(self.static_in, args):
             if dst.data_ptr() != src.data_ptr():
                 dst.copy_(src)
-        with torch.no_grad():
+        with torch.no_grad(), NoHostSync():
             _copy_into(self.static_out, self.fn(*self.static_in))
         return self.static_out
 

@@ -9,12 +9,12 @@ graphs one capture per width serves every mix of rows. Attention reads only the 
 have filled: the host knows every row's length from what it was told at the step's one sync, so
 it picks the span without asking the device (under graphs a power-of-two bucket, one capture per
 bucket). At topk > 1 the proposer drafts a tree instead of a chain (tree.py), which step.tree_verify
-verifies and commits, eagerly even under graphs. Shapes: B rows, k drafts, V vocabulary.
+verifies and commits; the tree's shape is fixed per engine, so under graphs both are captured
+steps as the chain's are. Shapes: B rows, k drafts, V vocabulary.
 """
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass
 
@@ -34,7 +34,7 @@ from specdec.decoder.proposers import (
     Proposer,
 )
 from specdec.decoder.step import Rows, commit, plain_step, plain_step_hidden, readout, to_host, tree_verify, verify
-from specdec.decoder.tree import TreeShape
+from specdec.decoder.tree import TreeDrafts, TreeShape
 from specdec.decoder.verify import sample
 
 
@@ -134,8 +134,6 @@ class Engine:
         self.graph_mode = graph_mode(cuda_graphs, self.device)
         if self.graph_mode != "cuda":
             say_eager_once(self.device)
-        elif self.tree is not None:
-            print("specdec: topk > 1 runs its verify eagerly: trees are not captured in CUDA graphs", file=sys.stderr)
         pool = torch.cuda.graph_pool_handle() if self.graph_mode == "cuda" else None  # one pool per engine
         self.graphs = Graphs(self.graph_mode, pool, compile)
         self.cache = KVCache.for_model(self.target, max_batch, self.max_len)
@@ -262,13 +260,14 @@ class Engine:
             host = self.graphs("plain" + self._rule(rows), lambda u_: self._plain(cache, rows, u_), u,
                                state=rows.tensors(), span=span)
             t1 = t0
-        elif self.tree is not None:  # eager, also under graphs
+        elif self.tree is not None:  # drafted and verified in captured steps, as the chain; the shape is the engine's
             tree = self.proposer.propose_tree(rows, self.tree)
             sync()
             t1 = time.perf_counter()
             u = self._uniforms(0, width, k * self.tree.topk + 1) if rows.sampling else None
-            emitted, count, accepted, hidden = tree_verify(self.target, cache, rows, tree, self.tree.topk, u)
-            host = readout(rows, count, accepted, emitted, tree.tokens)
+            host, count, hidden = self.graphs(
+                "tree" + self._rule(rows), lambda *a: self._tree_verify(cache, rows, TreeDrafts(*a[:4], k), a[4]),
+                *tree.tensors(), u, state=rows.tensors(), span=span)
             self.proposer.accepted(rows, hidden, count)
         else:
             k = self.policy.choose(len(self.live)) if self.policy is not None else k
@@ -323,6 +322,12 @@ class Engine:
         """A verify step: its readout, and the count and hidden states the proposer learns from."""
         emitted, count, accepted, hidden = verify(self.target, cache, rows, drafts, q, u)
         return readout(rows, count, accepted, emitted, drafts), count, hidden
+
+    def _tree_verify(self, cache: KVCache, rows: Rows, tree: TreeDrafts, u: torch.Tensor | None):
+        """A tree's verify step: its readout (the drafts: the tree's nodes), and the count and the hidden states
+        along the accepted path that the proposer learns from."""
+        emitted, count, accepted, hidden = tree_verify(self.target, cache, rows, tree, self.tree.topk, u)
+        return readout(rows, count, accepted, emitted, tree.tokens), count, hidden
 
     def generate(self, prompts: list[list[int]], max_new_tokens: int = 64, temperature: float = 0.0,
                  top_p: float = 1.0, top_k: int = 0, seed: int = 0, stop_at_eos: bool = True,

@@ -77,6 +77,12 @@ class Proposer:
         """A tree of drafts per row (tree.py), deterministic: the verify treats them as one-hot."""
         raise NotImplementedError(f"{self.name} drafts a chain only")
 
+    def grown(self, shape: TreeShape, span: int | None, fn, *args: torch.Tensor) -> TreeDrafts:
+        """fn(*args) -> TreeDrafts (tree.grow's static-shape expansion and rerank) through the proposer's graphs:
+        one capture per tree shape, batch width and span, as the chain's draft steps."""
+        name = f"tree {shape.num_steps}/{shape.topk}/{shape.num_draft_tokens}"
+        return TreeDrafts(*self.graphs(name, lambda *a: fn(*a).tensors(), *args, span=span), shape.num_steps)
+
     def accepted(self, rows: Rows, hidden: torch.Tensor, count: torch.Tensor) -> None:
         pass
 
@@ -158,7 +164,7 @@ class FeatureDraftProposer(Proposer):
             view = cache.tree(slots, tree_mask(L, fed_parents, rows.span or cache.max_len)[:, M - K:])
             return self._step(view, states, tokens, (L + depth - 1).unsqueeze(1).expand(-1, K))
 
-        return grow(logits, g, shape, forward)
+        return self.grown(shape, rows.span, lambda logits_, g_: grow(logits_, g_, shape, forward), logits, g)
 
     def accepted(self, rows, hidden, count):
         B, W = hidden.shape[:2]  # W = k + 1 of this step (fewer columns than fresh's under adaptive k)
@@ -198,12 +204,16 @@ class HeadsProposer(Proposer):
 
     def propose_tree(self, rows, shape):
         """Medusa's tree: head d's distribution serves every node at depth d + 1, whatever its parent."""
-        logits = self._logits(rows, shape.num_steps)
 
-        def forward(depth, states, tokens, fed_parents):
-            return states, logits[:, depth].unsqueeze(1).expand(-1, tokens.shape[1], -1)
+        def tree(h):  # h [B, H]: the heads, then the expansion, in one capture
+            logits = self.target.lm_head(self.heads(h))[:, : shape.num_steps]  # [B, num_steps, V]
 
-        return grow(logits[:, 0], self.last[: rows.tokens.shape[0]].unsqueeze(1), shape, forward)
+            def forward(depth, states, tokens, fed_parents):
+                return states, logits[:, depth].unsqueeze(1).expand(-1, tokens.shape[1], -1)
+
+            return grow(logits[:, 0], h.unsqueeze(1), shape, forward)
+
+        return self.grown(shape, rows.span, tree, self.last[: rows.tokens.shape[0]])
 
     def accepted(self, rows, hidden, count):
         self.last[: hidden.shape[0]].copy_(last_valid(hidden, count))

@@ -69,6 +69,10 @@ class TreeDrafts:
     scores: torch.Tensor  # [B, n] cumulative draft log-probability
     depth: int  # num_steps: the deepest a node can be (known on the host)
 
+    def tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """tokens, parents, depths, scores: what a captured step returns or reads (TreeDrafts(*t, depth) again)."""
+        return self.tokens, self.parents, self.depths, self.scores
+
     def block(self, root: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The verify block with the root as node 0: root [B] -> tokens, parents (root -1), depths (root 0), each [B, N]."""
         z = torch.zeros_like(root).unsqueeze(1)
