@@ -182,7 +182,7 @@ LONGEST = {
     "lab3_class": 25, "tests/test_launch_lifecycle.py::test_ten_start": 20,
     "tests/test_gpu_floor.py::test_the_floor_benchmark_runs": 18, "tests/test_grading_load.py": 12,
     "tests/test_zoo.py::test_eval_writes": 12, "tests/test_grade_lab2.py": 12, "tests/test_grading.py": 10,
-    "tests/test_room.py::test_a_room_of_four": 11,
+    "tests/test_room.py::test_a_room_of_four": 11, "tests/test_gpu_tree_sweep.py::test_the_tree_sweep_runs": 15,
 }
 
 

@@ -1,0 +1,334 @@
+"""Issue 22, Lab 3: draft trees served by real SGLang 0.5.16 and by `specdec serve` on the zoo's EAGLE head, across
+concurrency: where a wider tree stops paying, and why (the step times).
+
+Each tree shape (SGLang's three numbers: num_steps, topk, num_draft_tokens; topk 1 is the chain) is served by SGLang
+(`SGLANG_RECORD_STEP_TIME=1`: /server_info's step_time_dict) and by `specdec serve` (the Lab 2 engine, trees drafted
+and verified in CUDA graphs; its own step_time_dict) with the same flags, both started by the course's launcher
+(specdec.serving.ops.launch), and swept by the course's benchmark (specdec.serving.measure.bench.run_sweep): greedy,
+the three prompt categories, 128 new tokens, concurrency 1, 4 and 16, every level warmed first, runs of at least
+5 s. Per (server, shape, concurrency): output tokens/s over the categories' runs, accept length from the server's
+per-request counters (completion_tokens / spec_verify_ct, SGLang's definition, and tau = accepted drafts + 1) and
+from /metrics over the run, and seconds per decode step: the server's own (step_time_dict at the run's batch width)
+and the one the client sees (a request's median time per output token x accept length; also batch width x accept
+length / tokens/s).
+
+One device call runs at most 600 s, an SGLang start 50 to 150 s (servers of one call start together) and a shape's
+sweep about 60 s: split the work with --which and --shapes, and merge the parts' summaries with --merge. The script
+skips what would pass --deadline-s (default 560 s) and says so, and stops every server it started (checked: no
+process of their sessions is left).
+
+usage (GPU node): PACK=.sglang-pack . .sglang-pack/setup.sh; export PYTHONPATH=$PWD:$PYTHONPATH
+  python3 benchmarks/gpu_tree_sweep.py --which sglang --shapes 3,1,4:7,1,8:4,2,8 --out $OUT/sglang-a
+  python3 benchmarks/gpu_tree_sweep.py --which ours --out $OUT/ours
+  python3 benchmarks/gpu_tree_sweep.py --merge A/summary.json B/summary.json ... --out benchmarks/results/gpu_tree_sweep
+CPU (no GPU, no SGLang): python benchmarks/gpu_tree_sweep.py --cpu-smoke --out /tmp/tree-smoke   (`specdec serve` on the
+CPU, two tiny shapes, concurrency 1 and 2: that the script runs, not a measurement)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+for p in (str(ROOT), str(ROOT / "benchmarks")):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+from specdec.serving.measure.bench import SweepConfig, run_sweep  # noqa: E402
+from specdec.serving.ops.launch import LaunchConfig  # noqa: E402
+
+ZOO = ROOT / "specdec" / "zoo" / "tiny"
+# (num_steps, topk, num_draft_tokens): chains (topk 1) and trees of topk 2, 4, 8, verifying 4 to 16 tokens
+SHAPES = [(3, 1, 4), (7, 1, 8), (4, 2, 8), (4, 4, 8), (5, 8, 16), (15, 1, 16)]
+CONCURRENCY = (1, 4, 16)
+CATEGORIES = ("predictable", "code", "open")
+KINDS = ("sglang", "ours")
+SMOKE_SHAPES = [(2, 1, 3), (2, 2, 4)]
+T0 = time.time()
+LOG: Path | None = None
+
+
+def say(*a) -> None:
+    """One log line, printed and appended to the run's log file."""
+    line = " ".join(str(x) for x in (f"[{time.time() - T0:6.1f}s]", *a))
+    print(line, flush=True)
+    if LOG is not None:
+        with LOG.open("a") as f:
+            f.write(line + "\n")
+
+
+def key(shape: tuple[int, int, int]) -> str:
+    return ",".join(map(str, shape))
+
+
+def parse_shapes(text: str) -> list[tuple[int, int, int]]:
+    """'3,1,4:4,2,8' (or spaces between shapes) -> [(3, 1, 4), (4, 2, 8)], each checked as the decoder checks it."""
+    from specdec.decoder.tree import TreeShape
+
+    shapes = []
+    for part in text.replace(" ", ":").split(":"):
+        if part:
+            s, k, n = (int(x) for x in part.split(","))
+            TreeShape.make(s, k, n)  # a clear error before any server starts
+            shapes.append((s, k, n))
+    if not shapes:
+        raise ValueError("--shapes names no shape")
+    return shapes
+
+
+def config(kind: str, shape: tuple[int, int, int], max_running: int) -> tuple[LaunchConfig, dict]:
+    """The launcher's config and environment for one server: the zoo's target and EAGLE head, the tree's flags."""
+    s, k, n = shape
+    common = dict(draft=str(ZOO / "eagle"), num_steps=s, topk=k, num_draft_tokens=n, max_running_requests=max_running)
+    if kind == "ours":
+        return LaunchConfig(str(ZOO / "target"), "EAGLE", backend="specdec", **common), {}
+    # servers of one call start together: a fraction of the memory each finds free, the KV pool capped in tokens
+    cfg = LaunchConfig(str(ZOO / "target"), "EAGLE", backend="sglang", attention_backend="triton",
+                       cuda_graph_max_bs=max_running, mem_fraction_static=0.6, disable_radix_cache=True,
+                       extra_args=("--max-total-tokens", "20000"), **common)
+    return cfg, {"SGLANG_RECORD_STEP_TIME": "1"}
+
+
+def condense(sweep: dict, max_running: int) -> dict:
+    """Per concurrency, the categories' runs pooled: tokens/s (tokens / seconds over the runs), accept length
+    (weighted by verify steps), the server's seconds per step at the run's batch width (median over the runs) and
+    the client's view of it (median TPOT x accept length; width x accept length / tokens/s)."""
+    out = {}
+    for c in sorted({r["concurrency"] for r in sweep["runs"]}):
+        runs = [r for r in sweep["runs"] if r["concurrency"] == c]
+        tokens, wall = sum(r["output_tokens"] for r in runs), sum(r["wall_s"] for r in runs)
+        ct = sum(r.get("spec_verify_ct") or 0 for r in runs)
+        pooled = lambda name: (sum(r[name] * r["spec_verify_ct"] for r in runs if r.get(name) is not None  # noqa: E731
+                                   and r.get("spec_verify_ct")) / ct) if ct else None
+        tok_s = tokens / wall if wall > 0 else None
+        al = pooled("accept_length_sglang")
+        steps = [r["step_time_s"] for r in runs if r.get("step_time_s")]
+        tpot = [r["tpot_s"]["p50"] for r in runs if r.get("tpot_s")]
+        width = min(c, max_running)
+        out[str(c)] = {
+            "output_tok_s": tok_s, "output_tokens": tokens, "wall_s": wall, "errors": sum(r["errors"] for r in runs),
+            "by_category_tok_s": {r["category"]: r["output_tok_s"] for r in runs},
+            "accept_length_sglang": al, "tau": pooled("accept_length"), "spec_verify_ct": ct,
+            "metrics_accept_length": [r.get("metrics_accept_length") for r in runs],
+            "server_avg_accept_length": [r.get("server_avg_accept_length") for r in runs],
+            "step_time_s": statistics.median(steps) if steps else None,
+            # what a request sees between two of its steps (queueing and others' prefills included) ...
+            "step_time_s_client": statistics.median(tpot) * al if tpot and al else None,
+            # ... and what the batch's throughput implies for a step of `width` rows
+            "step_time_s_throughput": width * al / tok_s if al and tok_s else None,
+            "tpot_p50_s": statistics.median(tpot) if tpot else None,
+            "acceptance_by_position": [r.get("acceptance_by_position") for r in runs],
+        }
+    return out
+
+
+def session_left(pid: int) -> list[int]:
+    """Processes still in the session a server was started in (the launcher makes each its own session)."""
+    left = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": state, ppid, pgrp, session, ...
+            if int(fields[3]) == pid:
+                left.append(int(d.name))
+    return left
+
+
+def run_kind(kind: str, shapes: list, args, summary: dict, out: Path) -> None:
+    """Start every shape's server of this kind together, then sweep them one at a time, stopping each when done."""
+    from gpu_lab3 import measure_one_by_one, start_all
+
+    timeout = max(30.0, args.deadline_s - (time.time() - T0) - 60)
+    configs = {key(s): config(kind, s, args.max_running) for s in shapes}
+    say(f"{kind}: starting {len(configs)} server(s) together: {', '.join(configs)}")
+    servers = start_all(configs, out / "logs" / kind, timeout=timeout)
+    part = summary.setdefault(kind, {})
+    per_shape = len(args.concurrency) * len(args.categories) * (args.min_run_s + 2) + 10  # a sweep's likely seconds
+
+    def measure(name, srv):
+        if time.time() - T0 + per_shape > args.deadline_s:
+            part[name] = {"skipped": f"past --deadline-s {args.deadline_s:.0f} s; run it in a call of its own"}
+            say(f"{kind} {name}: skipped, the deadline is near")
+            return
+        cfg = SweepConfig(srv.url, tuple(args.categories), tuple(args.concurrency), args.max_new_tokens,
+                          warmup=args.warmup, min_run_s=args.min_run_s)
+        t = time.time()
+        sweep = run_sweep(cfg, progress=False)
+        (out / f"sweep_{kind}_{name.replace(',', '-')}.json").write_text(json.dumps(sweep, indent=1))
+        part[name] = {"startup_s": getattr(srv, "startup_s", None), "sweep_s": round(time.time() - t, 1),
+                      "server": sweep["server"], "step_time": sweep["step_time"],
+                      "by_concurrency": condense(sweep, args.max_running)}
+        for c, r in part[name]["by_concurrency"].items():
+            ms = lambda s: "-" if s is None else f"{s * 1000:.2f}"  # noqa: E731
+            al = "-" if r["accept_length_sglang"] is None else f"{r['accept_length_sglang']:.2f}"
+            say(f"{kind} {name} c={c}: {r['output_tok_s'] or 0:.0f} tok/s, accept length {al}, "
+                f"step {ms(r['step_time_s'])} ms (server) / {ms(r['step_time_s_client'])} ms (client), "
+                f"{r['errors']} errors")
+
+    def error(name, err):
+        part[name] = {"error": err}
+
+    measure_one_by_one(servers, measure, error, lambda: save(summary, out))
+    for name, srv in servers.items():
+        if isinstance(srv, str):
+            part[name] = {"error": srv[:2000]}
+        else:
+            left = session_left(srv.pid)
+            summary.setdefault("left_running", []).extend(left)
+            say(f"{kind} {name}: stopped" + (f", processes LEFT: {left}" if left else ", nothing left of its session"))
+    save(summary, out)
+
+
+def save(summary: dict, out: Path) -> None:
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+
+
+def env() -> dict:
+    """Where and when: the date (the page's section reads it), versions, the GPU."""
+    import subprocess
+
+    info = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "python": platform.python_version()}
+    try:
+        info["gpu"] = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
+                                      "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        info["gpu"] = None
+    for mod in ("torch", "sglang"):
+        try:
+            info[mod] = __import__(mod).__version__
+        except Exception as exc:  # report, never fail
+            info[mod] = f"missing ({type(exc).__name__})"
+    return info
+
+
+def merge(paths: list[str]) -> dict:
+    """Several calls' summaries as one: each (kind, shape) from the last file that measured it."""
+    merged: dict = {"parts": []}
+    for p in paths:
+        part = json.loads(Path(p).read_text())
+        merged["parts"].append({"file": str(p), "env": part.get("env"), "settings": part.get("settings")})
+        merged.setdefault("env", part.get("env"))
+        merged.setdefault("settings", part.get("settings"))
+        for kind in KINDS:
+            for name, res in part.get(kind, {}).items():
+                if "by_concurrency" in res or name not in merged.get(kind, {}):
+                    merged.setdefault(kind, {})[name] = res
+        merged.setdefault("left_running", []).extend(part.get("left_running", []))
+    return merged
+
+
+def main(argv: list[str] | None = None) -> int:
+    global LOG
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, help="folder for summary.json, the sweeps, the servers' logs and this log")
+    ap.add_argument("--which", choices=["sglang", "ours", "both"], default="both")
+    ap.add_argument("--shapes", type=parse_shapes, default=None, help="num_steps,topk,num_draft_tokens:... "
+                    f"(default {':'.join(map(key, SHAPES))})")
+    ap.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=list(CONCURRENCY))
+    ap.add_argument("--categories", type=lambda s: s.split(","), default=list(CATEGORIES))
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--min-run-s", type=float, default=5.0, help="each timed run lasts at least this long")
+    ap.add_argument("--max-running", type=int, default=16, help="rows of each server's running batch")
+    ap.add_argument("--warmup", type=int, default=4)
+    ap.add_argument("--deadline-s", type=float, default=560.0, help="skip what would end past this (a call's limit)")
+    ap.add_argument("--cpu-smoke", action="store_true", help="`specdec serve` on the CPU, two tiny shapes, a few "
+                    "short requests: that the script runs")
+    ap.add_argument("--merge", nargs="+", default=None, help="merge these summary.json files into --out")
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.merge:
+        save(merge(args.merge), out)
+        print(f"merged {len(args.merge)} summaries into {out / 'summary.json'}")
+        return 0
+    LOG = out / "gpu_tree_sweep.log"
+    if args.cpu_smoke:
+        if args.which != "ours" and args.which != "both":
+            ap.error("--cpu-smoke runs `specdec serve` only (--which ours)")
+        args.which, args.shapes = "ours", args.shapes or SMOKE_SHAPES
+        args.concurrency, args.categories, args.max_new_tokens = [1, 2], ["code"], 8
+        args.min_run_s, args.max_running, args.warmup = 0.0, 2, 1
+    shapes = args.shapes or SHAPES
+    summary = {"env": env(), "settings": {"shapes": [list(s) for s in shapes], "concurrency": args.concurrency,
+                                          "categories": args.categories, "max_new_tokens": args.max_new_tokens,
+                                          "min_run_s": args.min_run_s, "max_running": args.max_running,
+                                          "cpu_smoke": args.cpu_smoke}}
+    say("env", json.dumps(summary["env"]))
+    os.environ.setdefault("SPECDEC_RUN_DIR", str(out / "run"))
+    for kind in KINDS:
+        if args.which in (kind, "both"):
+            (out / "logs" / kind).mkdir(parents=True, exist_ok=True)
+            run_kind(kind, shapes, args, summary, out)
+    left = summary.get("left_running", [])
+    say("done;", f"processes LEFT RUNNING: {left}" if left else "no server process left")
+    return 1 if left else 0
+
+
+# --- docs/results.md: this script's section (benchmarks/report.py stitches the sections) ----------------------
+
+def best(data: dict, kind: str, c: str, chain: bool) -> tuple[str, float] | None:
+    """The shape with the most tokens/s at concurrency c among the chains (or the trees), and that rate."""
+    rates = [(name, r["by_concurrency"][c]["output_tok_s"]) for name, r in data.get(kind, {}).items()
+             if (name.split(",")[1] == "1") == chain and c in r.get("by_concurrency", {})
+             and r["by_concurrency"][c]["output_tok_s"]]
+    return max(rates, key=lambda x: x[1]) if rates else None
+
+
+def render() -> str:
+    from page import load, provenance, table
+
+    data = load("gpu_tree_sweep/summary.json")
+    if not data:
+        return ""
+    ms = lambda s: None if s is None else s * 1000  # noqa: E731
+    levels = [str(c) for c in data["settings"]["concurrency"]]
+    rows = []
+    for shape in data["settings"]["shapes"]:
+        name = key(tuple(shape))
+        for c in levels:
+            row = list(shape) + [int(c)]
+            for kind in KINDS:
+                r = data.get(kind, {}).get(name, {}).get("by_concurrency", {}).get(c, {})
+                row += [r.get("output_tok_s"), r.get("accept_length_sglang"), ms(r.get("step_time_s")),
+                        ms(r.get("step_time_s_client"))]
+            rows.append(row)
+    verdicts = []
+    for kind, label in (("sglang", "SGLang"), ("ours", "specdec serve")):
+        for c in levels:
+            tree, chain = best(data, kind, c, False), best(data, kind, c, True)
+            if tree and chain:
+                verdicts.append(f"- {label}, concurrency {c}: best tree {tree[0]} {tree[1]:.0f} tok/s, best chain "
+                                f"{chain[0]} {chain[1]:.0f} tok/s ({tree[1] / chain[1]:.2f}x)")
+    device = (data.get("env") or {}).get("gpu") or "a GPU"
+    device = "one " + device.split(",")[0] if device != "a GPU" else device
+    return f"""### Draft trees across concurrency: SGLang and `specdec serve`
+
+{provenance(["benchmarks/results/gpu_tree_sweep/summary.json"], device, "`benchmarks/gpu_tree_sweep.py`",
+            ["benchmarks/logs/gpu_tree_sweep.log"], ["benchmarks/results/gpu_tree_sweep/summary.json"])}
+
+The zoo's EAGLE head, greedy, {", ".join(data["settings"]["categories"])} prompts, {data["settings"]["max_new_tokens"]} new
+tokens, each level warmed, runs of at least {data["settings"]["min_run_s"]:.0f} s, at most {data["settings"]["max_running"]}
+running requests. tok/s: output tokens over the categories' runs; accept length: completion tokens / verify steps from
+the server's per-request counters; step ms: the server's step_time_dict at the run's batch width (SGLang with
+`SGLANG_RECORD_STEP_TIME=1`), and as a request sees it (median time per output token x accept length).
+
+{table(["num_steps", "topk", "num_draft_tokens", "concurrency", "SGLang tok/s", "SGLang accept length",
+        "SGLang step ms", "SGLang step ms (client)", "ours tok/s", "ours accept length", "ours step ms",
+        "ours step ms (client)"], rows)}
+
+{chr(10).join(verdicts)}
+"""
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
