@@ -215,6 +215,29 @@ def test_graphed_trees_stay_valid_as_rows_come_and_go(tiny_bundle, code_prompts,
     assert {rows for name, _, rows, _ in eng.graphs.captured if name == "tree"} == {1, 2, 3}
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA; the emulated-graph tests above are its CPU twin")
+def test_cuda_graphed_trees_equal_plain_decoding_on_gpu(code_prompts):
+    """fp32 on the GPU: trees drafted and verified in real CUDA graphs (captures per width and span bucket) give
+    plain decoding's greedy tokens, the whole batch and with rows joining and leaving; sampled rows run too."""
+    from test_cuda_graphs import join_and_leave
+
+    from specdec.zoo import load_bundle
+
+    bundle = load_bundle("tiny", device="cuda", dtype=torch.float32)
+    plain = Engine(bundle, "ar", cuda_graphs="off").generate(code_prompts, max_new_tokens=N).tokens
+    alone = join_and_leave(Engine(bundle, "ar", max_batch=3, cuda_graphs="off"), code_prompts)
+    for method, (s, k, n) in (("eagle", (4, 4, 8)), ("eagle", (5, 8, 16)), ("mtp", (3, 2, 6)), ("heads", (3, 4, 8))):
+        eng = Engine(bundle, method, k=s, topk=k, num_draft_tokens=n, cuda_graphs="on", min_span=16)
+        assert eng.generate(code_prompts, max_new_tokens=N).tokens == plain, (method, s, k, n)
+        assert any(name == "tree" for name, *_ in eng.graphs.captured)
+        rows = Engine(bundle, method, k=s, topk=k, num_draft_tokens=n, max_batch=3, cuda_graphs="on", min_span=16)
+        assert join_and_leave(rows, code_prompts) == alone, (method, s, k, n)
+        sampled = eng.generate(code_prompts, max_new_tokens=N, temperature=0.8, seed=1)
+        assert all(1 <= len(t) <= N for t in sampled.tokens)
+        assert "tree/sample" in {name for name, *_ in eng.graphs.captured}
+
+
 def test_a_host_sync_in_a_tree_step_fails_its_emulated_capture(tiny_bundle, code_prompts, monkeypatch):
     """The twin catches what a CUDA capture refuses: a verify that reads a value on the host."""
     import specdec.decoder.engine as engine_mod
