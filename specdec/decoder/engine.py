@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -144,6 +145,8 @@ class Engine:
         self.views: dict[tuple[int, int], KVCache] = {}  # under graphs: the cache's rows 0..width-1, per bucket
         self.row_views: dict[int, Rows] = {}  # the rows 0..width-1, per width
         self.no_draws: dict[tuple[int, int], torch.Tensor] = {}  # the uniforms of greedy steps: zeros, per shape
+        # called as on_tree_step(tree, emitted, accepted, running slots) after each tree verify (tree_accept.py)
+        self.on_tree_step: Callable | None = None
         self.eos_ids = bundle.eos_token_ids
         self.rows = Rows.empty(self.cache, self.max_len + k + 2, len(self.eos_ids))
         if self.proposer is not None:
@@ -269,6 +272,8 @@ class Engine:
             u = self._uniforms(0, width, k * self.tree.topk + 1) if rows.sampling else None
             emitted, count, accepted, hidden = tree_verify(self.target, cache, rows, tree, self.tree.topk, u)
             host = readout(rows, count, accepted, emitted, tree.tokens)
+            if self.on_tree_step is not None:
+                self.on_tree_step(tree, emitted, accepted, list(self.live))
             self.proposer.accepted(rows, hidden, count)
         else:
             k = self.policy.choose(len(self.live)) if self.policy is not None else k
