@@ -6,8 +6,9 @@ sibling rank r (rank 0: the drafter's likeliest child): offered[d - 1, w - 1, r]
 down to depth d - 1 was accepted and its node there had w children; hits[d - 1, w - 1, r] those where the target's
 token at depth d was the child of rank r. The number of siblings matters: EAGLE-2's rerank keeps a second child
 only where the drafter hesitates, and there its first guess is weaker than at an average node (pooled over w, the
-ranks' acceptances can sum past 1). A chain is the tree with one child per node (w = 1, rank 0). `TreeRecorder` reads them from an Engine's tree steps; `DepthAcceptance.from_chain`
-from a chain's accepted counts.
+ranks' acceptances can sum past 1). A chain is the tree with one child per node (w = 1, rank 0).
+`TreeRecorder` reads the table from an Engine's tree steps; `DepthAcceptance.from_chain` from a chain's accepted
+counts.
 """
 
 from __future__ import annotations
