@@ -82,8 +82,8 @@ class TreeStep:
 
 @dataclass
 class TreeRecorder:
-    """Records an Engine's tree steps (topk > 1) through its `on_tree_step` hook: every running row's tree, the
-    target's token at each depth of the accepted path, and so the table of per-depth acceptance."""
+    """Records an Engine's tree steps (topk > 1, greedy) through its `on_tree_step` hook: every running row's tree,
+    the target's token at each depth of the accepted path, and so the table of per-depth acceptance."""
 
     steps: list[TreeStep] = field(default_factory=list)
 
