@@ -53,7 +53,8 @@ TOPICS = [
     ("Serving: SGLang and specdec serve", [("sglang_zoo_check", "render"), ("serve_cpu_bench", "render"),
                                            ("gpu_lab3", "render_zoo"), ("gpu_fast_path_sglang", "render_serve")]),
     ("Where speculation stops paying", [("gpu_lab3", "render_where")]),
-    ("Draft trees", [("gpu_tree_sglang", "render"), ("gpu_tree_sweep", "render")]),
+    ("Draft trees", [("gpu_tree_sglang", "render"), ("cpu_tree_sglang_text", "render"),
+                     ("cpu_tree_formula", "render"), ("gpu_tree_sweep", "render")]),
     ("Grading a class", [("grade_class", "render")]),
 ]
 FIGURES = [("gpu_lab3", "plot_where", ROOT / "docs" / "figures" / "where_speculation_pays.png")]

@@ -36,6 +36,8 @@ _WHERE: dict[str, str] = {
     "TreeDrafts": "specdec.decoder.tree:TreeDrafts",
     "tree_mask": "specdec.decoder.tree:tree_mask",
     "tree_greedy_accept": "specdec.decoder.verify:tree_greedy_accept",
+    "TreeRecorder": "specdec.decoder.tree_accept:TreeRecorder",
+    "DepthAcceptance": "specdec.decoder.tree_accept:DepthAcceptance",
     "GraphedStep": "specdec.decoder.cuda_graphs:GraphedStep",
     "EmulatedGraph": "specdec.decoder.cuda_graphs:EmulatedGraph",
     "memory_bound_run": "specdec.decoder.roofline:memory_bound_run",

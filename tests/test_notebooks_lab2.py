@@ -77,9 +77,10 @@ def test_lecture_runs(tmp_path, inline_plots):
     assert_sampling_summary(out)
     assert_oracle_cut_by_budget(out)
     assert_gap_to_the_oracle_line(out)
-    assert_guesses_shown(out, len(METHODS) + 1)  # the speedups, and the tree's gain
+    assert_guesses_shown(out, len(METHODS) + 2)  # the speedups, the tree's gain and the tree formula's error
     assert_grounded_measured(out)
     assert_tree_section(out)
+    assert_tree_formula(out)
     assert re.search(r"\d+ of 15 points below the diagonal", out)
     assert re.search(r"this notebook ran on the CPU \d+% to \d+% of the wall time", out)  # how busy the machine was
     assert re.search(r"one plain step: \S+ ms now, \S+ ms in section 7", out)
@@ -119,6 +120,20 @@ def assert_tree_section(out):
                          r"[-+]\d\.\d\d$", out, re.MULTILINE), out
     assert re.search(r"^NVIDIA [^\n]*, the zoo, greedy \(gpu_tree_and_defaults\.log\):$", out, re.MULTILINE), out
     assert re.search(r"eagle: the trees' tau \S+ to \S+ against the chain's \S+, at \d+x to \d+x fewer tokens/s", out), out
+
+
+def assert_tree_formula(out):
+    """Section 8's Lab 1 formula against the decoder: exact for chains, within 10% for trees (the issue's goal),
+    and every shape's tau printed with the formula's and the reversed table's."""
+    rows = re.findall(r"^\((\d+), (\d+), (\d+)\)\s+(\d\.\d\d)\s+(\d\.\d\d)\s+([-+]\d+\.\d)%\s+(\d+\.\d\d)$", out,
+                      re.MULTILINE)
+    assert len(rows) == 6, out
+    for steps, topk, ndt, measured, predicted, error, backwards in rows:
+        if topk == "1":
+            assert measured == predicted and float(error) == 0.0
+        else:
+            assert abs(float(error)) < 10.0
+    assert re.search(r"^root with \d (child|children): +\d+ steps, measured tau \d\.\d\d, formula \d\.\d\d$", out, re.MULTILINE), out
 
 
 def assert_grounded_measured(out):

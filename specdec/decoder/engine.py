@@ -16,6 +16,7 @@ steps as the chain's are. Shapes: B rows, k drafts, V vocabulary.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -142,6 +143,8 @@ class Engine:
         self.views: dict[tuple[int, int], KVCache] = {}  # under graphs: the cache's rows 0..width-1, per bucket
         self.row_views: dict[int, Rows] = {}  # the rows 0..width-1, per width
         self.no_draws: dict[tuple[int, int], torch.Tensor] = {}  # the uniforms of greedy steps: zeros, per shape
+        # called as on_tree_step(tree, emitted, accepted, running slots) after each tree verify (tree_accept.py)
+        self.on_tree_step: Callable | None = None
         self.eos_ids = bundle.eos_token_ids
         self.rows = Rows.empty(self.cache, self.max_len + k + 2, len(self.eos_ids))
         if self.proposer is not None:
@@ -268,6 +271,8 @@ class Engine:
             host, count, hidden = self.graphs(
                 "tree" + self._rule(rows), lambda *a: self._tree_verify(cache, rows, TreeDrafts(*a[:4], k), a[4]),
                 *tree.tensors(), u, state=rows.tensors(), span=span)
+            if self.on_tree_step is not None:  # from the packed readout: the emitted path [B, k + 1], accepted [B]
+                self.on_tree_step(tree, host[:, 3:4 + k], host[:, 1], list(self.live))
             self.proposer.accepted(rows, hidden, count)
         else:
             k = self.policy.choose(len(self.live)) if self.policy is not None else k
