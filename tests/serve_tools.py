@@ -16,10 +16,11 @@ from specdec.serving.server.app import ServerArgs, bind, build_app
 
 
 @contextmanager
-def running_server(bundle, method="mtp", k=4, max_batch=8, max_len=512, api_key=None, topk=1, num_draft_tokens=None):
+def running_server(bundle, method="mtp", k=4, max_batch=8, max_len=512, api_key=None, topk=1, num_draft_tokens=None,
+                   **engine_args):
     """Yields (base URL, scheduler); stops the server and its engine thread on exit."""
     engine = Engine(bundle, method, k=k, max_batch=max_batch, max_len=max_len, cuda_graphs="off", topk=topk,
-                    num_draft_tokens=num_draft_tokens)
+                    num_draft_tokens=num_draft_tokens, **engine_args)
     scheduler = Scheduler(engine, bundle.tokenizer)
     sock = bind("127.0.0.1", 0)
     port = sock.getsockname()[1]

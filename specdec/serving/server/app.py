@@ -409,7 +409,9 @@ def warm_widths(capacity: int) -> list[int]:
 
 def describe(engine: Engine) -> str:
     what = "plain decoding" if engine.proposer is None else f"{engine.method}, k={engine.k}" + (
-        f", a tree of topk {engine.tree.topk} and {engine.tree.num_draft_tokens} draft tokens" if engine.tree else "")
+        f", a tree of topk {engine.tree.topk} and {engine.tree.num_draft_tokens} draft tokens" if engine.tree else "") + (
+        ", adaptive k" if engine.policy is not None else "") + (
+        f", SIMULATED accept length {engine.simulate:g} (the output is not the model's)" if engine.simulate else "")
     where = torch.cuda.get_device_name() if engine.device.type == "cuda" else "CPU"
     return (f"{what}, up to {engine.capacity} running requests, context {engine.max_len}, {where}"
             + (", compiled" if engine.graphs.compile else ""))
