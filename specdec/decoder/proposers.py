@@ -106,8 +106,11 @@ class FeatureDraftProposer(Proposer):
         self.fresh = torch.zeros(capacity, k + 1, H, device=p.device, dtype=p.dtype)  # target states not yet read
         self.fresh_count = torch.zeros(capacity, dtype=torch.long, device=p.device)
 
+    def _state(self, cache, hidden, ids, pos):
+        return self.module(hidden, ids, pos, self.target.embed_tokens, cache)  # [B, T, H]
+
     def _step(self, cache, hidden, ids, pos):
-        g = self.module(hidden, ids, pos, self.target.embed_tokens, cache)  # [B, T, H]
+        g = self._state(cache, hidden, ids, pos)
         return g, self.target.lm_head(g)
 
     def admit(self, rows, start, hidden):
@@ -122,20 +125,26 @@ class FeatureDraftProposer(Proposer):
         self.fresh[start:start + n, 0] = last_valid(hidden, lengths)
         self.fresh_count[start:start + n] = 1
 
-    def extend(self, rows):
+    def extend(self, rows, predict: bool = True):
         """Read the target's fresh states into the layer's cache; -> (cache, the output state [B, 1, H] and
-        logits [B, V] at the last of them: what it predicts after the pending token, draft 1)."""
+        logits [B, V] at the last of them: what it predicts after the pending token, draft 1). predict=False
+        (a step without drafts) only writes the cache: the vocabulary's projection is as large as the layer
+        itself (8B shape: 1 GB of the 8B's 16), too much to read for logits nobody uses; returns None."""
         B = rows.tokens.shape[0]
         cache, fresh, count = self.cache.rows(0, B, rows.span), self.fresh[:B], self.fresh_count[:B]
         pos = cache.positions(fresh.shape[1])  # [B, k+1]: where the fresh states sit
         ids = rows.tokens.gather(1, (pos + 1).clamp(max=rows.tokens.shape[1] - 1))  # x_t+1 after each
+        if not predict:
+            self.graphs("extend/state", lambda *a: self._state(cache, *a), fresh, ids, pos, span=rows.span)
+            cache.commit(count, check=False)
+            return None
         g, logits = self.graphs("extend", lambda *a: self._step(cache, *a), fresh, ids, pos, span=rows.span)
         g, logits = last_valid(g, count).unsqueeze(1), last_valid(logits, count)  # [B, 1, H], [B, V]
         cache.commit(count, check=False)
         return cache, g, logits
 
     def skip(self, rows):
-        self.extend(rows)  # the next accepted overwrites the fresh states: read them now
+        self.extend(rows, predict=False)  # the next accepted overwrites the fresh states: read them now
 
     def propose(self, rows, k, u):
         cache, g, logits = self.extend(rows)
