@@ -116,6 +116,37 @@ def test_a_slow_step_moves_the_estimate_by_at_most_twice_the_running_time():
     assert p.seconds[1, 0] == pytest.approx(1.5)
 
 
+class FakeClock:
+    """A step of k drafts lasts step_s(k) seconds: the engine reads the clock at a step's start and end."""
+
+    def __init__(self, step_s):
+        self.step_s, self.t, self.reads, self.k = step_s, 0.0, 0, 0
+
+    def __call__(self) -> float:
+        self.reads += 1
+        if self.reads % 2 == 0:  # a step's end
+            self.t += self.step_s(self.k)
+        return self.t
+
+
+class Clocked(AdaptiveK):
+    def choose(self, width: int) -> int:
+        self.clock.k = super().choose(width)
+        self.chosen = getattr(self, "chosen", []) + [self.clock.k]
+        return self.clock.k
+
+
+@pytest.mark.parametrize("step_s,want", [(lambda k: 1 + 0.9 * k, 0), (lambda k: 1 + 0.01 * k, 3)])
+def test_the_engine_converges_to_what_its_clock_says(tiny_bundle, code_prompts, plain, step_s, want):
+    """The tiny zoo's MTP layer keeps most code drafts: under a clock where each draft costs 0.9 of a plain step the
+    engine ends up at k = 0, under one where drafts are free at k = 3; either way its output is plain decoding's."""
+    p = Clocked(3, clock=FakeClock(step_s), retry_every=1000)
+    res = Engine(tiny_bundle, "mtp", k=3, cuda_graphs="off", adaptive=p).generate(code_prompts, 24, stop_at_eos=False)
+    assert res.tokens == plain
+    assert p.chosen[:12] == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]  # each k tried first
+    assert p.best(len(code_prompts)) == want and set(p.chosen[12:]) == {want}
+
+
 def test_the_engine_times_its_steps_for_the_policy(tiny_bundle, code_prompts):
     p = AdaptiveK(3)
     Engine(tiny_bundle, "mtp", k=3, cuda_graphs="off", adaptive=p).generate(code_prompts[:1], 48, stop_at_eos=False)

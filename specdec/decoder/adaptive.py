@@ -18,7 +18,9 @@ k that lost once is looked at again when the context or the acceptance has moved
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 from specdec.sim import formulas
 
@@ -37,6 +39,7 @@ class AdaptiveK:
     runs: dict[tuple[int, int], int] = field(default_factory=dict)  # (bucket, k) -> steps run
     last: dict[tuple[int, int], int] = field(default_factory=dict)  # (bucket, k) -> the bucket's step it last ran
     steps: dict[int, int] = field(default_factory=dict)  # bucket -> steps chosen there
+    clock: Callable[[], float] = field(default=time.perf_counter, repr=False)  # the engine times steps by it (tests: a fake)
 
     def __post_init__(self) -> None:
         if not (isinstance(self.k_max, int) and self.k_max >= 1):

@@ -255,7 +255,7 @@ class Engine:
         phase to split the time (a GPU otherwise runs ahead of the host until the step's result)."""
         if not self.live:
             return []
-        start = time.perf_counter()  # the step's wall time, to the policy: the step's one sync ends it anyway
+        start = self.policy.clock() if self.policy is not None else 0.0  # the step's wall time, for the policy
         width, k = self.width(), self.k
         # every position this step reads (the verify block, the proposer's own) is below `need`
         need = max(r.committed for r in self.live.values()) + (1 if self.proposer is None else self.block)
@@ -313,7 +313,7 @@ class Engine:
         if self.policy is not None:
             if drafting:
                 self.policy.observe([u.accepted for u in updates], [u.proposed for u in updates])
-            self.policy.timed(width, k, time.perf_counter() - start)
+            self.policy.timed(width, k, self.policy.clock() - start)  # the step's one sync (to_host) is behind
         self.times["draft"] += t1 - t0
         self.times["verify"] += t2 - t1
         self.times["host"] += time.perf_counter() - t2
