@@ -114,6 +114,7 @@ class FeatureDraftProposer(Proposer):
         self.fresh = torch.zeros(capacity, self.width + 1, H, device=p.device, dtype=p.dtype)
         self.fresh_count = torch.zeros(capacity, dtype=torch.long, device=p.device)
         self.pending = 0  # the most fresh states a row may hold (known on the host: no sync)
+        self.columns = torch.arange(self.width + 1, device=p.device)  # kept: one allocation less per step
 
     def _state(self, cache, hidden, ids, pos):
         return self.module(hidden, ids, pos, self.target.embed_tokens, cache)  # [B, T, H]
@@ -190,7 +191,7 @@ class FeatureDraftProposer(Proposer):
     def accepted(self, rows, hidden, count):
         """Append the step's kept states [B, W, H] (W = its k + 1) after the fresh ones not yet read."""
         B, W, H = hidden.shape
-        n, j = self.fresh_count[:B], torch.arange(W, device=hidden.device)
+        n, j = self.fresh_count[:B], self.columns[:W]
         idx = torch.where(j < count.unsqueeze(1), n.unsqueeze(1) + j, self.width)  # unkept: the last column
         self.fresh[:B].scatter_(1, idx.unsqueeze(-1).expand(B, W, H), hidden)
         n += count
