@@ -15,7 +15,7 @@ BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
 @pytest.mark.slow  # three `specdec serve` processes, each swept at two levels: about 35 s
 def test_the_8b_serve_benchmark_runs_its_part_on_the_cpu(tmp_path, monkeypatch):
-    out = tmp_path / "serve8b"
+    out = tmp_path / "gpu_serve_8b"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "HOME": str(tmp_path / "home"),
            "PYTHONPATH": str(BENCH.parent)}
     proc = subprocess.run([sys.executable, str(BENCH / "gpu_serve_8b.py"), "--which", "ours", "--shape", "tiny",
@@ -39,6 +39,13 @@ def test_the_8b_serve_benchmark_runs_its_part_on_the_cpu(tmp_path, monkeypatch):
     import gpu_serve_8b
     import page
 
-    monkeypatch.setattr(page, "load", lambda name: summary if name.endswith("summary_ours.json") else None)
+    monkeypatch.setattr(page, "RES", tmp_path)  # render() reads every summary_*.json of the folder
     section = gpu_serve_8b.render()
     assert "8B-shaped model of random weights" in section and "| 1 |  | " in section and "Goals:" in section
+    assert "different cards" not in section
+
+    # a part split over device calls (--servers), on another card: merged, and said
+    (out / "summary_ours_adaptive.json").write_text(json.dumps({**summary, "device": "NVIDIA H200", "tok_s": {
+        "ours_adaptive": {"1": 1.0, "2": 1.0}}}))
+    section = gpu_serve_8b.render()
+    assert "different cards" in section and "ours_adaptive: NVIDIA H200" in section
