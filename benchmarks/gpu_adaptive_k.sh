@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 21, item 4 on a GPU: `specdec serve` on the zoo, plain, NEXTN-style MTP at k = 3, and the same with
-# --adaptive-k (the engine chooses 0..3 drafts each step from the batch and the acceptance it has seen; the step-time
-# model's defaults, not calibrated), each swept by `specdec bench` at concurrency 1, 4, 16, 64 (code and open prompts,
+# --adaptive-k (the engine chooses 0..3 drafts each step: the most expected tokens per second, from the acceptance
+# and the step times it measured per batch width and k, specdec/decoder/adaptive.py), each swept by `specdec bench` at concurrency 1, 4, 16, 64 (code and open prompts,
 # 128 tokens, every level warmed, runs of at least 4 s), each against plain with `--compare`.
 # usage (GPU node):  OUT=$OUT bash benchmarks/gpu_adaptive_k.sh
 set -u

@@ -17,11 +17,11 @@ from specdec.serving.server.app import ServerArgs, bind, build_app
 
 @contextmanager
 def running_server(bundle, method="mtp", k=4, max_batch=8, max_len=512, api_key=None, topk=1, num_draft_tokens=None,
-                   cuda_graphs="off"):
+                   cuda_graphs="off", **engine_args):
     """Yields (base URL, scheduler); stops the server and its engine thread on exit. cuda_graphs "emulate": the
     engine steps through the CPU twin of CUDA graphs, as a GPU server's would."""
     engine = Engine(bundle, method, k=k, max_batch=max_batch, max_len=max_len, cuda_graphs=cuda_graphs, topk=topk,
-                    num_draft_tokens=num_draft_tokens)
+                    num_draft_tokens=num_draft_tokens, **engine_args)
     scheduler = Scheduler(engine, bundle.tokenizer)
     sock = bind("127.0.0.1", 0)
     port = sock.getsockname()[1]

@@ -28,10 +28,11 @@ def plain(tiny_bundle, code_prompts):
     return Engine(tiny_bundle, "ar", cuda_graphs="off").generate(code_prompts, 24, stop_at_eos=False).tokens
 
 
+@pytest.mark.parametrize("ks", [[0, 3, 1, 0, 0, 2, 3, 1], [0] * 13 + [3, 1]], ids=["short", "long"])
 @pytest.mark.parametrize("graphs", ["off", "emulate"])
 @pytest.mark.parametrize("method", PROPOSERS)
-def test_any_k_per_step_keeps_greedy_output(tiny_bundle, code_prompts, plain, method, graphs):
-    e = Engine(tiny_bundle, method, k=3, cuda_graphs=graphs, min_span=8, adaptive=Scripted([0, 3, 1, 0, 0, 2, 3, 1]))
+def test_any_k_per_step_keeps_greedy_output(tiny_bundle, code_prompts, plain, method, graphs, ks):
+    e = Engine(tiny_bundle, method, k=3, cuda_graphs=graphs, min_span=8, adaptive=Scripted(ks))
     res = e.generate(code_prompts, 24, stop_at_eos=False)
     assert res.tokens == plain
     ran = res.accepted >= 0
@@ -44,35 +45,113 @@ def test_a_policy_may_not_ask_for_more_drafts_than_the_engine_has_room_for(tiny_
         Engine(tiny_bundle, "mtp", k=2, cuda_graphs="off", adaptive=AdaptiveK(4))
 
 
-def measured(policy: AdaptiveK, rate: float, steps: int = 200, batch: int = 1) -> AdaptiveK:
-    """Feed the policy steps whose drafts are each kept with probability `rate` (deterministic counts)."""
-    k = policy.k_max
+def run_policy(policy: AdaptiveK, step_s, rate: float, steps: int = 300, width: int = 1) -> list[int]:
+    """Drive the policy with a fake clock: a step of k drafts takes step_s(k) seconds and each draft is kept with
+    probability `rate` (deterministic counts). Returns the k chosen at each step."""
+    chosen = []
     for s in range(steps):
-        accepted = [min(k, int((s * 7919 + r) % 1000 < 1000 * rate) * k) for r in range(batch)]
-        policy.observe(accepted, [k] * batch)
-    return policy
+        k = policy.choose(width)
+        if k:
+            kept = [int((s * 7919 + r * 104729 + i * 31) % 1000 < 1000 * rate) for r in range(width) for i in range(k)]
+            accepted = [next((i for i in range(k) if not kept[r * k + i]), k) for r in range(width)]
+            policy.observe(accepted, [k] * width)
+        policy.timed(width, k, step_s(k))
+        chosen.append(k)
+    return chosen
 
 
-def test_batch_1_with_good_drafts_drafts_the_most():
-    p = measured(AdaptiveK(4), 0.9)
-    assert p.acceptance()[0] > 0.8 and p.choose(1) == 4
+def test_drafting_that_costs_more_than_it_gains_converges_to_plain_steps():
+    """A verify step of k drafts costs (1 + 0.6 k) plain steps and a draft is kept half the time: every k > 0
+    brings fewer tokens per second than a plain step, so after the exploration nearly every step is plain."""
+    p = AdaptiveK(3)
+    chosen = run_policy(p, lambda k: 0.01 * (1 + 0.6 * k), 0.5)
+    assert p.best(1) == 0
+    late = chosen[50:]
+    assert late.count(0) >= 0.95 * len(late)
 
 
-def test_drafts_that_are_never_kept_are_not_drafted():
-    p = measured(AdaptiveK(4), 0.0)
-    assert p.acceptance()[0] < 0.05 and p.choose(1) == 0
+def test_cheap_verify_and_good_drafts_converge_to_k_max():
+    p = AdaptiveK(4)
+    chosen = run_policy(p, lambda k: 0.01 * (1 + 0.02 * k), 0.9)
+    assert p.acceptance()[0] > 0.8 and p.best(1) == 4
+    late = chosen[50:]
+    assert late.count(4) >= 0.95 * len(late)
 
 
-def test_a_large_batch_drafts_less_than_a_small_one():
-    p = measured(AdaptiveK(4, knee=64), 0.7)
-    ks = [p.best(b) for b in (1, 16, 64, 256)]
-    assert ks[0] >= 2 and ks == sorted(ks, reverse=True) and ks[-1] == 0
+def test_each_width_bucket_has_its_own_times():
+    """Batch 1 is memory-bound (verify nearly free), batch 64 compute-bound (k + 1 tokens cost k + 1 times): one policy
+    drafts the most at the first and nothing at the second."""
+    p = AdaptiveK(3)
+    run_policy(p, lambda k: 0.01 * (1 + 0.05 * k), 0.7, width=1)
+    run_policy(p, lambda k: 0.01 * (k + 1), 0.7, width=64)
+    assert p.best(1) == 3 and p.best(64) == 0 and p.best(40) == 0  # 40 rows share the bucket of 64
 
 
-def test_after_a_while_at_k_0_one_step_measures_again():
-    p = measured(AdaptiveK(3, probe_every=5), 0.0)
-    chosen = [p.choose(1) for _ in range(12)]
-    assert chosen == [0] * 5 + [3] + [0] * 5 + [3]
+def test_the_expected_tokens_per_second_is_the_formulas():
+    """With acceptance alpha at every position, the rate of k drafts is Lab 1's (1 - alpha^(k+1)) / (1 - alpha)
+    over the measured step time."""
+    from specdec.sim import formulas
+
+    p = AdaptiveK(3, prior=0.8, tries=2)
+    for k in range(4):  # the first step of a shape is not timed, the second is
+        p.timed(1, k, 99.0)
+        p.timed(1, k, 0.01 * (1 + k))
+    for k in range(4):
+        want = formulas.expected_tokens_per_step(0.8, k) / (0.01 * (1 + k)) if k else 1 / 0.01
+        assert p.rate(1, k) == pytest.approx(want)
+
+
+def test_every_k_is_measured_first_then_the_stalest_now_and_then():
+    p = AdaptiveK(2, tries=2, retry_every=10)
+    chosen = run_policy(p, lambda k: 0.01 * (1 + k), 0.5, steps=30)  # plain steps win
+    assert chosen[:6] == [0, 0, 1, 1, 2, 2]
+    assert [i for i, k in enumerate(chosen[6:], 7) if k] == [10, 20, 30]  # the stalest k, every tenth step
+    assert chosen[9] == 1 and chosen[19] == 2 and chosen[29] == 1
+
+
+def test_a_slow_step_moves_the_estimate_by_at_most_twice_the_running_time():
+    p = AdaptiveK(1, tries=2, time_decay=0.5)
+    p.timed(1, 0, 5.0)  # a capture: not timed
+    p.timed(1, 0, 1.0)
+    p.timed(1, 0, 100.0)  # a pause: counted as 2.0
+    assert p.seconds[1, 0] == pytest.approx(1.5)
+
+
+class FakeClock:
+    """A step of k drafts lasts step_s(k) seconds: the engine reads the clock at a step's start and end."""
+
+    def __init__(self, step_s):
+        self.step_s, self.t, self.reads, self.k = step_s, 0.0, 0, 0
+
+    def __call__(self) -> float:
+        self.reads += 1
+        if self.reads % 2 == 0:  # a step's end
+            self.t += self.step_s(self.k)
+        return self.t
+
+
+class Clocked(AdaptiveK):
+    def choose(self, width: int) -> int:
+        self.clock.k = super().choose(width)
+        self.chosen = getattr(self, "chosen", []) + [self.clock.k]
+        return self.clock.k
+
+
+@pytest.mark.parametrize("step_s,want", [(lambda k: 1 + 0.9 * k, 0), (lambda k: 1 + 0.01 * k, 3)])
+def test_the_engine_converges_to_what_its_clock_says(tiny_bundle, code_prompts, plain, step_s, want):
+    """The tiny zoo's MTP layer keeps most code drafts: under a clock where each draft costs 0.9 of a plain step the
+    engine ends up at k = 0, under one where drafts are free at k = 3; either way its output is plain decoding's."""
+    p = Clocked(3, clock=FakeClock(step_s), retry_every=1000)
+    res = Engine(tiny_bundle, "mtp", k=3, cuda_graphs="off", adaptive=p).generate(code_prompts, 24, stop_at_eos=False)
+    assert res.tokens == plain
+    assert p.chosen[:12] == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]  # each k tried first
+    assert p.best(len(code_prompts)) == want and set(p.chosen[12:]) == {want}
+
+
+def test_the_engine_times_its_steps_for_the_policy(tiny_bundle, code_prompts):
+    p = AdaptiveK(3)
+    Engine(tiny_bundle, "mtp", k=3, cuda_graphs="off", adaptive=p).generate(code_prompts[:1], 48, stop_at_eos=False)
+    assert sorted(p.seconds) == [(1, k) for k in range(4)] and all(t > 0 for t in p.seconds.values())
 
 
 def test_the_measured_acceptance_is_conditional_by_position():
@@ -96,14 +175,18 @@ def drafts_at(engine: Engine, prompts: list[list[int]], n: int = 32) -> dict:
     return seen
 
 
+# short runs of k = 0; runs longer than the MTP layer's and EAGLE head's buffer of fresh states (read while skipping)
+SKIPS = [[0, 0, 3, 1, 0, 2], [0] * 14 + [3, 2, 3, 1, 3, 2] + [0] * 9 + [3, 3, 2]]
+
+
+@pytest.mark.parametrize("ks", SKIPS, ids=["short", "long"])
 @pytest.mark.parametrize("method", PROPOSERS)
 def test_after_steps_without_drafts_the_proposer_guesses_as_if_it_had_drafted_all_along(tiny_bundle, code_prompts,
-                                                                                         method):
+                                                                                         method, ks):
     """A proposer with a state of its own (the MTP layer's and EAGLE head's caches, the draft model's) must read
     the positions of the steps it skipped: its drafts at a position equal a static-k engine's there."""
-    static = drafts_at(Engine(tiny_bundle, method, k=3, cuda_graphs="off"), code_prompts)
-    adaptive = drafts_at(Engine(tiny_bundle, method, k=3, cuda_graphs="off", adaptive=Scripted([0, 0, 3, 1, 0, 2])),
-                         code_prompts)
+    static = drafts_at(Engine(tiny_bundle, method, k=3, cuda_graphs="off"), code_prompts, 64)
+    adaptive = drafts_at(Engine(tiny_bundle, method, k=3, cuda_graphs="off", adaptive=Scripted(ks)), code_prompts, 64)
     common = [key for key in adaptive if key in static]
     assert len(common) >= 8, len(common)
     for key in common:

@@ -224,6 +224,24 @@ def test_a_compiled_server_warms_every_width_before_it_listens(compiled, expect)
 
     batches = []
     engine = SimpleNamespace(device=torch.device("cuda"), capacity=12, graphs=SimpleNamespace(compile=compiled),
-                             generate=lambda prompts, **kw: batches.append(len(prompts)))
+                             generate=lambda prompts, **kw: batches.append(len(prompts)), policy=None)
     warm_up(engine)
     assert batches == expect
+
+
+def test_a_server_with_adaptive_k_warms_every_k_and_forgets_the_warm_ups_times():
+    """Adaptive k runs each k `tries` steps at a new width before its times decide: the warm-up's greedy requests are
+    long enough for every k to run (each a capture), and the policy then forgets those steps' times."""
+    from types import SimpleNamespace
+
+    from specdec.decoder.adaptive import AdaptiveK
+    from specdec.serving.server.app import warm_up
+
+    policy, budgets = AdaptiveK(3, tries=3), []
+    policy.timed(1, 0, 1.0)
+    engine = SimpleNamespace(device=torch.device("cuda"), capacity=2, graphs=SimpleNamespace(compile=True),
+                             generate=lambda prompts, **kw: budgets.append(kw["max_new_tokens"]), policy=policy,
+                             max_len=512, block=4)
+    warm_up(engine)
+    assert budgets[0] == budgets[-1] == 3 * (1 + 2 + 3 + 4) + 1  # every k's steps, each keeping up to k + 1 tokens
+    assert policy.runs == {} and policy.seconds == {}

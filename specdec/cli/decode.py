@@ -73,7 +73,8 @@ def main(args) -> int:
         tree = dict(topk=args.topk, num_draft_tokens=shape.num_draft_tokens)
         compiled = fast.setup_compile(args, bundle, device)
         engines = {m: Engine(bundle, m, k=args.k, max_batch=args.batch, max_len=max_len, cuda_graphs=args.cuda_graphs,
-                             compile=compiled, adaptive=args.adaptive_k, **(tree if m == args.method else {}))
+                             compile=compiled, adaptive=args.adaptive_k,
+                             **(dict(tree, simulate=args.simulate_accept_length) if m == args.method else {}))
                    for m in methods}
 
         def run(method: str, n: int):

@@ -49,6 +49,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--adaptive-k", action="store_true",
                    help="draft 0..k per step, chosen from the batch size and the measured acceptance "
                         "(specdec/decoder/adaptive.py), instead of k every step")
+    p.add_argument("--simulate-accept-length", type=float, default=None, metavar="L",
+                   help="an oracle's acceptance, for measuring speed (SGLang's SGLANG_SIMULATE_ACC_LEN): each verify "
+                        "step keeps floor or ceil of L - 1 drafts whatever the target says, then the target's own token, "
+                        "a mean of L tokens per step (1..k + 1). The output is then NOT the target's: use it to see "
+                        "what a step costs and pays at that acceptance (e.g. with --random-weights, whose drafts never match)")
     p.add_argument("--random-weights", default=None, metavar="SHAPE",
                    help="random weights instead of a checkpoint, to measure speed: 8b (Llama 3.1 8B's shape), 1b "
                         "(Llama 3.2 1B's), or a zoo name or directory whose config.json gives the shape")

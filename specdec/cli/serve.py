@@ -68,7 +68,7 @@ def main(args: argparse.Namespace) -> int:
                            eagle=args.draft if method == "eagle" else None)
         engine = Engine(bundle, method, k=args.k, max_batch=args.max_running_requests, max_len=args.context_length,
                         cuda_graphs=args.cuda_graphs, compile=fast.setup_compile(args, bundle, device),
-                        adaptive=args.adaptive_k, topk=shape.topk,
+                        adaptive=args.adaptive_k, topk=shape.topk, simulate=args.simulate_accept_length,
                         num_draft_tokens=shape.num_draft_tokens if shape.topk > 1 else None)
     except (ModelNotFound, ValueError) as exc:
         raise UsageError(str(exc)) from None

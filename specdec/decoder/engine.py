@@ -106,12 +106,15 @@ class Engine:
     def __init__(self, bundle, method: str = "ar", k: int = 4, max_batch: int = 8, max_len: int | None = None,
                  cuda_graphs: str = "auto", compile: bool = False, proposer: Proposer | None = None, seed: int = 0,
                  min_span: int = 256, adaptive: AdaptiveK | bool = False, topk: int = 1,
-                 num_draft_tokens: int | None = None):
+                 num_draft_tokens: int | None = None, simulate: float | None = None):
         """compile: fuse the target's step with torch.compile (GPU; replayed inside our own graphs).
         min_span: the smallest KV bucket under graphs (buckets double from there up to max_len).
         adaptive: choose each step's k in 0..k from the batch and the measured acceptance (adaptive.py;
         True: the default AdaptiveK), else every step drafts k.
-        topk, num_draft_tokens: a draft tree (tree.py; SGLang's flags, k = --num-steps); topk 1 is the chain."""
+        topk, num_draft_tokens: a draft tree (tree.py; SGLang's flags, k = --num-steps); topk 1 is the chain.
+        simulate: an oracle's mean accept length (tokens per verify step, 1..k+1; SGLang's SGLANG_SIMULATE_ACC_LEN):
+        each row keeps floor or ceil of simulate - 1 drafts whatever the target says, then the target's own token,
+        to measure what a step costs and pays at that acceptance. The output is then not the target's."""
         if not (isinstance(k, int) and k >= 1):
             raise ValueError(f"k must be an integer >= 1, got {k!r}")
         if max_batch < 1:
@@ -129,6 +132,10 @@ class Engine:
             raise ValueError(f"topk {topk} needs a proposer that drafts a tree (mtp, eagle, heads); {what}")
         if self.tree is not None and adaptive:
             raise ValueError(f"adaptive k chooses a chain's length: it does not combine with topk {topk}")
+        if simulate is not None and (self.proposer is None or self.tree is not None or not 1 <= simulate <= k + 1):
+            raise ValueError(f"a simulated accept length needs a proposer, a chain (topk 1) and a value in 1..k + 1 "
+                             f"= {k + 1}, got {simulate!r}")
+        self.simulate = simulate
         self.block = self.shape.slots if self.tree is not None else k + 1  # slots a step writes past the committed
         self.max_len = max_len or min(self.target.config.max_position_embeddings, 2048)
         self.min_span = min_span
@@ -152,6 +159,7 @@ class Engine:
         self.capacity = max_batch
         self.live: dict[int, Row] = {}  # the running rows, by slot
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
+        self.sim_gen = torch.Generator(device=self.device).manual_seed(seed + 1)  # the oracle's own draws
         self.times = dict(prefill=0.0, draft=0.0, verify=0.0, host=0.0)  # filled when profiling
         self.policy = (AdaptiveK(k) if adaptive is True else adaptive or None) if self.proposer is not None else None
         if self.policy is not None and self.policy.k_max > k:
@@ -248,6 +256,7 @@ class Engine:
         phase to split the time (a GPU otherwise runs ahead of the host until the step's result)."""
         if not self.live:
             return []
+        start = self.policy.clock() if self.policy is not None else 0.0  # the step's wall time, for the policy
         width, k = self.width(), self.k
         # every position this step reads (the verify block, the proposer's own) is below `need`
         need = max(r.committed for r in self.live.values()) + (1 if self.proposer is None else self.block)
@@ -275,7 +284,7 @@ class Engine:
                 self.on_tree_step(tree, host[:, 3:4 + k], host[:, 1], list(self.live))
             self.proposer.accepted(rows, hidden, count)
         else:
-            k = self.policy.choose(len(self.live)) if self.policy is not None else k
+            k = self.policy.choose(width) if self.policy is not None else k
             u = self._uniforms(0, width, 2 * k + 1)
             if k == 0:  # the policy skips drafting: a plain step, whose state the proposer still reads
                 self.proposer.skip(rows)
@@ -288,8 +297,9 @@ class Engine:
                 sync()
                 t1 = time.perf_counter()
                 host, count, hidden = self.graphs(
-                    "verify" + self._rule(rows), lambda d, q_, u_: self._verify(cache, rows, d, q_, u_), drafts, q,
-                    u[:, : k + 1] if rows.sampling or q is not None else None, state=rows.tensors(), span=span)
+                    "verify" + self._rule(rows), lambda d, q_, u_, f: self._verify(cache, rows, d, q_, u_, f), drafts,
+                    q, u[:, : k + 1] if rows.sampling or q is not None else None, self._forced(width),
+                    state=rows.tensors(), span=span)
             self.proposer.accepted(rows, hidden, count)
         sync()
         t2 = time.perf_counter()
@@ -304,8 +314,10 @@ class Engine:
             accepted = min(got.accepted, proposed) if got.accepted >= 0 else -1
             updates.append(self._report(slot, got.tokens, accepted, proposed, got.done,
                                         got.drafts if drafting else None))
-        if self.policy is not None and drafting:
-            self.policy.observe([u.accepted for u in updates], [u.proposed for u in updates])
+        if self.policy is not None:
+            if drafting:
+                self.policy.observe([u.accepted for u in updates], [u.proposed for u in updates])
+            self.policy.timed(width, k, self.policy.clock() - start)  # the step's one sync (to_host) is behind
         self.times["draft"] += t1 - t0
         self.times["verify"] += t2 - t1
         self.times["host"] += time.perf_counter() - t2
@@ -323,9 +335,9 @@ class Engine:
         return readout(rows, count, torch.full_like(count, -1), emitted, emitted[:, :0]), count, hidden
 
     def _verify(self, cache: KVCache, rows: Rows, drafts: torch.Tensor, q: torch.Tensor | None,
-                u: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                u: torch.Tensor | None, forced: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """A verify step: its readout, and the count and hidden states the proposer learns from."""
-        emitted, count, accepted, hidden = verify(self.target, cache, rows, drafts, q, u)
+        emitted, count, accepted, hidden = verify(self.target, cache, rows, drafts, q, u, forced)
         return readout(rows, count, accepted, emitted, drafts), count, hidden
 
     def _tree_verify(self, cache: KVCache, rows: Rows, tree: TreeDrafts, u: torch.Tensor | None):
@@ -406,6 +418,15 @@ class Engine:
             if row.gen is not None and start <= slot < start + n:
                 u[slot - start] = torch.rand(width, generator=row.gen).to(self.device)
         return u
+
+    def _forced(self, width: int) -> torch.Tensor | None:
+        """The simulated acceptance's drafts kept per row [width]: floor(simulate - 1), or one more with probability
+        its fraction (SGLang's "match-expected"), so that the mean accept length is `simulate`; None: not simulating."""
+        if self.simulate is None:
+            return None
+        low = int(self.simulate - 1)
+        u = torch.rand(width, device=self.device, generator=self.sim_gen)
+        return low + (u < self.simulate - 1 - low).long()
 
     def sync(self) -> None:
         if self.device.type == "cuda":

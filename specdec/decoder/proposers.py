@@ -98,23 +98,45 @@ class FeatureDraftProposer(Proposer):
     committed, reading the target's hidden states (what the layer was trained on); its output at
     the last of them gives the first draft. Drafts 2..k feed the layer its own output state and its
     own proposed token, as SGLang's NEXTN and EAGLE workers do.
+
+    A step without drafts (adaptive k chose k = 0) only appends the target's state to the fresh ones:
+    the layer reads them all at the next drafting step, or when LAG x (k + 1) of them have piled up (one
+    wider forward now and then instead of one per step: a plain step of a speculative engine costs a plain step).
     """
 
     trees = True
+    LAG = 3  # fresh states held: up to LAG x (k + 1), read in one forward
 
     def __init__(self, module, target, name: str) -> None:
         self.module, self.target, self.name = module, target, name
 
     def setup(self, capacity, max_len, k, graphs):
-        self.graphs = graphs
-        self.cache = KVCache.for_model(self.module, capacity, max_len)
+        self.graphs, self.block = graphs, k + 1
+        self.width = self.LAG * (k + 1)  # the widest extend: the fresh states of steps without drafts
+        # the widest extend writes up to `width` slots past the layer's committed length (garbage past the fresh)
+        self.cache = KVCache.for_model(self.module, capacity, max_len + self.width)
         H, p = self.target.config.hidden_size, next(self.module.parameters())
-        self.fresh = torch.zeros(capacity, k + 1, H, device=p.device, dtype=p.dtype)  # target states not yet read
+        # target states not yet read, and one column more where a step's unkept columns are dropped
+        self.fresh = torch.zeros(capacity, self.width + 1, H, device=p.device, dtype=p.dtype)
         self.fresh_count = torch.zeros(capacity, dtype=torch.long, device=p.device)
+        self.pending = 0  # the most fresh states a row may hold (known on the host: no sync)
+        self.columns = torch.arange(self.width + 1, device=p.device)  # kept: one allocation less per step
+
+    def _state(self, cache, hidden, ids, pos):
+        return self.module(hidden, ids, pos, self.target.embed_tokens, cache)  # [B, T, H]
 
     def _step(self, cache, hidden, ids, pos):
-        g = self.module(hidden, ids, pos, self.target.embed_tokens, cache)  # [B, T, H]
+        g = self._state(cache, hidden, ids, pos)
         return g, self.target.lm_head(g)
+
+    def _extend(self, cache, fresh, ids, pos, count, predict: bool):
+        """The layer over the fresh states, writing its cache; predict: its output state [B, 1, H] and logits
+        [B, V] at the last fresh one (the vocabulary's projection at that position only)."""
+        g = self._state(cache, fresh, ids, pos)
+        if not predict:
+            return g
+        g = last_valid(g, count).unsqueeze(1)
+        return g, self.target.lm_head(g)[:, 0]
 
     def admit(self, rows, start, hidden):
         n, W, _ = hidden.shape
@@ -127,21 +149,27 @@ class FeatureDraftProposer(Proposer):
         cache.commit(lengths - 1, check=False)
         self.fresh[start:start + n, 0] = last_valid(hidden, lengths)
         self.fresh_count[start:start + n] = 1
+        self.pending = max(self.pending, 1)
 
-    def extend(self, rows):
+    def extend(self, rows, predict: bool = True):
         """Read the target's fresh states into the layer's cache; -> (cache, the output state [B, 1, H] and
-        logits [B, V] at the last of them: what it predicts after the pending token, draft 1)."""
+        logits [B, V] at the last of them: what it predicts after the pending token, draft 1). predict=False
+        only writes the cache (the vocabulary's projection is 1 GB of an 8B step's 16) and returns None."""
         B = rows.tokens.shape[0]
-        cache, fresh, count = self.cache.rows(0, B, rows.span), self.fresh[:B], self.fresh_count[:B]
-        pos = cache.positions(fresh.shape[1])  # [B, k+1]: where the fresh states sit
+        W = self.block if self.pending <= self.block else self.width  # two shapes: two captures
+        cache, fresh, count = self.cache.rows(0, B, rows.span), self.fresh[:B, :W], self.fresh_count[:B]
+        pos = cache.positions(W)  # [B, W]: where the fresh states sit
         ids = rows.tokens.gather(1, (pos + 1).clamp(max=rows.tokens.shape[1] - 1))  # x_t+1 after each
-        g, logits = self.graphs("extend", lambda *a: self._step(cache, *a), fresh, ids, pos, span=rows.span)
-        g, logits = last_valid(g, count).unsqueeze(1), last_valid(logits, count)  # [B, 1, H], [B, V]
+        out = self.graphs("extend" if predict else "extend/state",
+                          lambda *a: self._extend(cache, *a, predict), fresh, ids, pos, count, span=rows.span)
         cache.commit(count, check=False)
-        return cache, g, logits
+        count.zero_()
+        self.pending = 0
+        return (cache, *out) if predict else None
 
     def skip(self, rows):
-        self.extend(rows)  # the next accepted overwrites the fresh states: read them now
+        if self.pending + 1 > self.width:  # no room for this step's state: read the fresh ones now
+            self.extend(rows, predict=False)
 
     def propose(self, rows, k, u):
         cache, g, logits = self.extend(rows)
@@ -167,9 +195,13 @@ class FeatureDraftProposer(Proposer):
         return self.grown(shape, rows.span, lambda logits_, g_: grow(logits_, g_, shape, forward), logits, g)
 
     def accepted(self, rows, hidden, count):
-        B, W = hidden.shape[:2]  # W = k + 1 of this step (fewer columns than fresh's under adaptive k)
-        self.fresh[:B, :W].copy_(hidden)
-        self.fresh_count[:B].copy_(count)
+        """Append the step's kept states [B, W, H] (W = its k + 1) after the fresh ones not yet read."""
+        B, W, H = hidden.shape
+        n, j = self.fresh_count[:B], self.columns[:W]
+        idx = torch.where(j < count.unsqueeze(1), n.unsqueeze(1) + j, self.width)  # unkept: the last column
+        self.fresh[:B].scatter_(1, idx.unsqueeze(-1).expand(B, W, H), hidden)
+        n += count
+        self.pending += W
 
 
 class HeadsProposer(Proposer):

@@ -133,16 +133,21 @@ def plain_step_hidden(target, cache: KVCache, rows: Rows, u: torch.Tensor | None
 
 
 def verify(target, cache: KVCache, rows: Rows, drafts: torch.Tensor, q: torch.Tensor | None,
-           u: torch.Tensor | None):
+           u: torch.Tensor | None, forced: torch.Tensor | None = None):
     """Verify drafts [B, k] (drawn from q [B, k, V], or deterministic: None) in one target forward
     over [pending, d1..dk] at each row's next k+1 positions, then commit; u [B, k+1] (None when every
-    row is greedy and q is None).
+    row is greedy and q is None). forced [B]: an oracle's number of drafts to keep, whatever the target says
+    (the engine's simulated acceptance; then the output is not the target's), None: the target decides.
     Returns emitted [B, k+1], count [B], accepted [B] and the target's hidden [B, k+1, H]."""
     k = drafts.shape[1]
     pos = cache.positions(k + 1)  # [B, k+1]
     block = torch.cat([rows.tokens.gather(1, pos[:, :1]), drafts], 1)
     logits, hidden = target(block, pos, cache)  # provisional writes: lengths do not move
-    if rows.sampling or q is not None:
+    if forced is not None:  # the forced drafts, then the target's own token after them: what it reads is kept
+        accepted = forced.clamp(max=k)
+        after = logits.gather(1, accepted.view(-1, 1, 1).expand(-1, 1, logits.shape[-1]))  # [B, 1, V]
+        next_token = sample(rows.probs(after)[:, 0], u[:, k]) if rows.sampling else after[:, 0].argmax(-1)
+    elif rows.sampling or q is not None:
         accepted, next_token = accept(drafts, q, rows.probs(logits), u)
     else:  # every row greedy and the drafts deterministic: the same rule read off the argmax
         accepted, next_token = greedy_accept(drafts, logits)

@@ -390,11 +390,16 @@ def warm_up(engine: Engine) -> None:
     On a CPU the decoder runs eager: nothing to capture, and skipping it saves a fifth of a second per start."""
     if engine.device.type == "cpu":
         return
-    engine.generate([[0, 1, 2]], max_new_tokens=4, stop_at_eos=False)
+    n, p = 4, engine.policy
+    if p is not None:  # adaptive k first runs each k `tries` steps per width: a request that long captures every k
+        n = min(p.tries * (p.k_max + 1) * (p.k_max + 2) // 2 + 1, engine.max_len - 3 - engine.block)
+    engine.generate([[0, 1, 2]], max_new_tokens=n, stop_at_eos=False)
     engine.generate([[0, 1, 2]], max_new_tokens=4, temperature=1.0, stop_at_eos=False)
     if engine.graphs.compile:  # a compile takes seconds (minutes on a cold cache): every greedy width here, not mid-load
         for width in warm_widths(engine.capacity)[1:]:
-            engine.generate([[0, 1, 2]] * width, max_new_tokens=4, stop_at_eos=False)
+            engine.generate([[0, 1, 2]] * width, max_new_tokens=n, stop_at_eos=False)
+    if engine.policy is not None:  # adaptive k: the warm-up's steps timed captures, not the traffic's steps
+        engine.policy.reset_times()
 
 
 def warm_widths(capacity: int) -> list[int]:
@@ -404,7 +409,9 @@ def warm_widths(capacity: int) -> list[int]:
 
 def describe(engine: Engine) -> str:
     what = "plain decoding" if engine.proposer is None else f"{engine.method}, k={engine.k}" + (
-        f", a tree of topk {engine.tree.topk} and {engine.tree.num_draft_tokens} draft tokens" if engine.tree else "")
+        f", a tree of topk {engine.tree.topk} and {engine.tree.num_draft_tokens} draft tokens" if engine.tree else "") + (
+        ", adaptive k" if engine.policy is not None else "") + (
+        f", SIMULATED accept length {engine.simulate:g} (the output is not the model's)" if engine.simulate else "")
     where = torch.cuda.get_device_name() if engine.device.type == "cuda" else "CPU"
     return (f"{what}, up to {engine.capacity} running requests, context {engine.max_len}, {where}"
             + (", compiled" if engine.graphs.compile else ""))
