@@ -129,19 +129,26 @@ def condense(sweep: dict, max_running: int) -> dict:
     return out
 
 
-def session_left(pid: int) -> list[int]:
-    """Processes still in the session a server was started in (the launcher makes each its own session)."""
-    left = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                stat = (d / "stat").read_text()
-            except OSError:
-                continue
-            fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": state, ppid, pgrp, session, ...
-            if int(fields[3]) == pid:
-                left.append(int(d.name))
-    return left
+def session_left(pid: int, within: float = 15.0) -> list[int]:
+    """Processes still in the session a server was started in (the launcher makes each its own session), after
+    waiting up to `within` seconds for them to exit (a server's workers take a few seconds after SIGTERM; the
+    first runs checked at once and named processes that ps listed no longer a few seconds later). Zombies,
+    which have exited, do not count."""
+    deadline = time.time() + within
+    while True:
+        left = []
+        for d in Path("/proc").iterdir():
+            if d.name.isdigit():
+                try:
+                    stat = (d / "stat").read_text()
+                except OSError:
+                    continue
+                fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": state, ppid, pgrp, session, ...
+                if int(fields[3]) == pid and fields[0] != "Z":
+                    left.append(int(d.name))
+        if not left or time.time() > deadline:
+            return left
+        time.sleep(0.5)
 
 
 def run_kind(kind: str, shapes: list, args, summary: dict, out: Path) -> None:
