@@ -120,6 +120,9 @@ def assert_tree_section(out):
                          r"[-+]\d\.\d\d$", out, re.MULTILINE), out
     assert re.search(r"^NVIDIA [^\n]*, the zoo, greedy \(gpu_tree_and_defaults\.log\):$", out, re.MULTILINE), out
     assert re.search(r"eagle: the trees' tau \S+ to \S+ against the chain's \S+, at \d+x to \d+x fewer tokens/s", out), out
+    # the graphed trees, from the committed sweep: each tree's speed against the chain of as many verified tokens
+    assert re.search(r"^8 verified tokens, graphed: the best tree \(\d+, \d, 8\) at \d\.\d\dx the chain's tokens/s$", out,
+                     re.MULTILINE), out
 
 
 def assert_tree_formula(out):
