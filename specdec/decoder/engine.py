@@ -297,9 +297,9 @@ class Engine:
                 sync()
                 t1 = time.perf_counter()
                 host, count, hidden = self.graphs(
-                    "verify" + self._rule(rows), lambda d, q_, u_, f: self._verify(cache, rows, d, q_, u_, f), drafts,
-                    q, u[:, : k + 1] if rows.sampling or q is not None else None, self._forced(width),
-                    state=rows.tensors(), span=span)
+                    "verify" + self._rule(rows), lambda d, q_, f, u_: self._verify(cache, rows, d, q_, u_, f), drafts,
+                    q, self._forced(width), u[:, : k + 1] if rows.sampling or q is not None else None,
+                    state=rows.tensors(), span=span)  # the uniforms last, as every step's
             self.proposer.accepted(rows, hidden, count)
         sync()
         t2 = time.perf_counter()
