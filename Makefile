@@ -6,12 +6,11 @@ STAMP  := $(VENV)/.specdec-installed
 # A pinned torch: an unpinned one pulls gigabytes of CUDA packages on a CPU machine.
 TORCH  ?= torch==2.13.0
 
-.PHONY: demo test test-quick env labs jupyter clean
+.PHONY: demo test test-quick test-full env labs jupyter clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q "$(TORCH)"
-	$(BIN)/python -m pip install -q -e ".[dev]"
+	$(BIN)/python -m pip install -q "$(TORCH)" -e ".[dev]"
 	touch $(STAMP)
 
 env: $(STAMP)
@@ -25,6 +24,11 @@ XDIST  ?= -n 2 --dist loadgroup
 
 test: $(STAMP)
 	MPLBACKEND=Agg $(BIN)/python -m pytest -q $(XDIST)
+
+# The notebooks' demonstrations at full size too (make test runs some lectures' timing cells smaller:
+# tests/notebook_tools.shrunk); about two minutes more.
+test-full: $(STAMP)
+	SPECDEC_FULL_NOTEBOOKS=1 MPLBACKEND=Agg $(BIN)/python -m pytest -q $(XDIST)
 
 # The edit loop: everything but the tests marked slow (notebooks run and graded, servers started).
 test-quick: $(STAMP)

@@ -42,6 +42,12 @@ SMALL = {"K, NEW, REPEAT = 4, 64, 2  # each timing is the fastest of 2 runs, the
          "DEMO_STEPS, DEMO_BATCH, DEMO_T = 20, 8, 32": "DEMO_STEPS, DEMO_BATCH, DEMO_T = 3, 4, 16"}
 
 
+# The lecture's timings each made from one run instead of the fastest of two (fastest of 2 in
+# `make test-full` and benchmarks/notebook_times.sh): what the test checks is what every cell does and prints.
+LECTURE_SMALL = {"K, NEW, REPEAT = 4, 64, 2  # each timing is the fastest of 2 runs, the methods taking turns":
+                 "K, NEW, REPEAT = 4, 64, 1"}
+
+
 def assert_guesses_shown(out, n):
     """The predict-first cells ran, and their (default, empty) guesses are printed next to the measurement."""
     assert out.count("no guess written") == n, out
@@ -63,7 +69,7 @@ def test_lecture_has_no_exercises_and_no_canned_numbers():
 
 @pytest.mark.slow
 def test_lecture_runs(tmp_path, inline_plots):
-    nb, seconds = execute(nbformat.read(LECTURE, as_version=4), tmp_path)
+    nb, seconds = execute(shrunk(nbformat.read(LECTURE, as_version=4), LECTURE_SMALL), tmp_path)
     assert seconds < BUDGET_S
     out = text_of(nb)
     diff = re.search(r"max \|logit difference\| = (\S+)", out)  # ours vs transformers

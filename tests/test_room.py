@@ -311,7 +311,8 @@ def test_lab_3_runs_on_a_two_student_room_and_leaves_the_room_running(tmp_path, 
     room's terminal stops it all. (SIGTERM is `specdec room --stop`'s, tested with the room of four; SIGHUP in
     test_launch_signals.py.)"""
     import nbformat
-    from notebook_tools import execute, text_of
+    from notebook_tools import execute, shrunk, text_of
+    from test_notebooks_lab3 import SWEEP_LINE, SWEEP_SMALL
 
     room, csv_path, state_file = start_room(tmp_path, "--students", "2", "--algorithm", "none,NEXTN",
                                             "--port-base", "32300")
@@ -335,7 +336,9 @@ def test_lab_3_runs_on_a_two_student_room_and_leaves_the_room_running(tmp_path, 
         for k, v in env.items():
             mp.setenv(k, v)  # as the student's shell would hand them to Jupyter's kernel
         try:
-            nb, seconds = execute(nbformat.read(ROOT / "solutions" / "03_sglang_live.ipynb", as_version=4), tmp_path,
+            # the solution's sweep made short: it runs at full size in test_notebooks_lab3; here the room is tested
+            nb, seconds = execute(shrunk(nbformat.read(ROOT / "solutions" / "03_sglang_live.ipynb", as_version=4),
+                                         {SWEEP_LINE: SWEEP_SMALL}), tmp_path,
                                   timeout=240)
         finally:
             mp.undo()
