@@ -291,7 +291,8 @@ class Engine:
                 sync()
                 t1 = time.perf_counter()
                 host, count, hidden = self.graphs("skip" + self._rule(rows), lambda u_: self._skip(cache, rows, u_),
-                                                  u[:, 0] if rows.sampling else None, state=rows.tensors(), span=span)
+                                                  u[:, 0] if rows.sampling else None,
+                                                  state=rows.tensors() + self.proposer.state(), span=span)
             else:
                 drafts, q = self.proposer.propose(rows, k, u[:, k + 1:])  # [B, k], [B, k, V] | None
                 sync()
@@ -300,7 +301,10 @@ class Engine:
                     "verify" + self._rule(rows), lambda d, q_, f, u_: self._verify(cache, rows, d, q_, u_, f), drafts,
                     q, self._forced(width), u[:, : k + 1] if rows.sampling or q is not None else None,
                     state=rows.tensors(), span=span)  # the uniforms last, as every step's
-            self.proposer.accepted(rows, hidden, count)
+            if k == 0:
+                self.proposer.kept(1)  # its tensor part ran inside the skip step (_skip)
+            else:
+                self.proposer.accepted(rows, hidden, count)
         sync()
         t2 = time.perf_counter()
         drafting = self.proposer is not None and k > 0
@@ -332,6 +336,7 @@ class Engine:
         """A plain step in a speculative engine: its readout (accepted -1: nothing was proposed), and the count
         and hidden state the proposer reads."""
         emitted, count, hidden = plain_step_hidden(self.target, cache, rows, u)
+        self.proposer.keep(rows, hidden, count)  # in the step's capture: no launches of its own between steps
         return readout(rows, count, torch.full_like(count, -1), emitted, emitted[:, :0]), count, hidden
 
     def _verify(self, cache: KVCache, rows: Rows, drafts: torch.Tensor, q: torch.Tensor | None,

@@ -84,7 +84,20 @@ class Proposer:
         return TreeDrafts(*self.graphs(name, lambda *a: fn(*a).tensors(), *args, span=span), shape.num_steps)
 
     def accepted(self, rows: Rows, hidden: torch.Tensor, count: torch.Tensor) -> None:
-        pass
+        """Learn from a step: the target's hidden states [B, W, H] and the tokens each row kept [B]."""
+        self.keep(rows, hidden, count)
+        self.kept(hidden.shape[1])
+
+    def keep(self, rows: Rows, hidden: torch.Tensor, count: torch.Tensor) -> None:
+        """accepted's tensor part: writes into the proposer's own buffers and reads nothing back, so a plain step
+        of a speculative engine captures it in its own graph (a plain step then costs a plain step)."""
+
+    def kept(self, width: int) -> None:
+        """accepted's host part, after keep: bookkeeping in Python numbers."""
+
+    def state(self) -> tuple[torch.Tensor, ...]:
+        """The buffers keep updates in place: restored after a capture's warm-up runs."""
+        return ()
 
     def skip(self, rows: Rows) -> None:
         pass
@@ -194,14 +207,19 @@ class FeatureDraftProposer(Proposer):
 
         return self.grown(shape, rows.span, lambda logits_, g_: grow(logits_, g_, shape, forward), logits, g)
 
-    def accepted(self, rows, hidden, count):
+    def keep(self, rows, hidden, count):
         """Append the step's kept states [B, W, H] (W = its k + 1) after the fresh ones not yet read."""
         B, W, H = hidden.shape
         n, j = self.fresh_count[:B], self.columns[:W]
         idx = torch.where(j < count.unsqueeze(1), n.unsqueeze(1) + j, self.width)  # unkept: the last column
         self.fresh[:B].scatter_(1, idx.unsqueeze(-1).expand(B, W, H), hidden)
         n += count
-        self.pending += W
+
+    def kept(self, width):
+        self.pending += width
+
+    def state(self):
+        return self.fresh, self.fresh_count
 
 
 class HeadsProposer(Proposer):
@@ -247,8 +265,11 @@ class HeadsProposer(Proposer):
 
         return self.grown(shape, rows.span, tree, self.last[: rows.tokens.shape[0]])
 
-    def accepted(self, rows, hidden, count):
+    def keep(self, rows, hidden, count):
         self.last[: hidden.shape[0]].copy_(last_valid(hidden, count))
+
+    def state(self):
+        return (self.last,)
 
 
 class DraftModelProposer(Proposer):
@@ -293,8 +314,11 @@ class DraftModelProposer(Proposer):
 
         return autoregress(logits, k, rows, u, step)
 
-    def accepted(self, rows, hidden, count):
+    def keep(self, rows, hidden, count):
         self.cache.rows(0, count.shape[0]).commit(count, check=False)
+
+    def state(self):
+        return (self.cache.lengths,)
 
 
 def ngram_lookup(history: np.ndarray, k: int, max_n: int = 3, min_n: int = 1) -> np.ndarray:
