@@ -150,7 +150,7 @@ class Engine:
         self.views: dict[tuple[int, int], KVCache] = {}  # under graphs: the cache's rows 0..width-1, per bucket
         self.row_views: dict[int, Rows] = {}  # the rows 0..width-1, per width
         self.no_draws: dict[tuple[int, int], torch.Tensor] = {}  # the uniforms of greedy steps: zeros, per shape
-        # called as on_tree_step(tree, emitted, accepted, running slots) after each tree verify (tree_accept.py)
+        # called as on_tree_step(tree, emitted, accepted, running slots) after each tree step's to_host (tree_accept.py)
         self.on_tree_step: Callable | None = None
         self.eos_ids = bundle.eos_token_ids
         self.rows = Rows.empty(self.cache, self.max_len + k + 2, len(self.eos_ids))
@@ -280,8 +280,6 @@ class Engine:
             host, count, hidden = self.graphs(
                 "tree" + self._rule(rows), lambda *a: self._tree_verify(cache, rows, TreeDrafts(*a[:4], k), a[4]),
                 *tree.tensors(), u, state=rows.tensors(), span=span)
-            if self.on_tree_step is not None:  # from the packed readout: the emitted path [B, k + 1], accepted [B]
-                self.on_tree_step(tree, host[:, 3:4 + k], host[:, 1], list(self.live))
             self.proposer.accepted(rows, hidden, count)
         else:
             k = self.policy.choose(width) if self.policy is not None else k
@@ -309,6 +307,8 @@ class Engine:
         t2 = time.perf_counter()
         drafting = self.proposer is not None and k > 0
         steps = to_host(host, k + 1 if drafting else 1)  # the one sync of a step: what the host needs
+        if self.tree is not None and self.on_tree_step is not None:  # the step as the host reads it, by name
+            self.on_tree_step(tree, [s.emitted for s in steps], [s.accepted for s in steps], list(self.live))
         updates = []
         for slot, row in list(self.live.items()):
             got = steps[slot]

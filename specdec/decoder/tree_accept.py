@@ -92,10 +92,10 @@ class TreeRecorder:
         return self
 
     def __call__(self, tree, emitted, accepted, slots: list[int]) -> None:
-        """tree: the step's TreeDrafts; emitted [B, D + 1] the accepted path's tokens then the target's own;
-        accepted [B]; slots: the running rows."""
+        """tree: the step's TreeDrafts; emitted [B][D + 1] the accepted path's tokens then the target's own;
+        accepted [B] (each row's RowStep, as to_host reads them); slots: the running rows."""
         tokens, parents, depths = (x.cpu().numpy() for x in (tree.tokens, tree.parents, tree.depths))
-        scores, emitted, accepted = tree.scores.float().cpu().numpy(), emitted.cpu().numpy(), accepted.cpu().numpy()
+        scores, emitted, accepted = tree.scores.float().cpu().numpy(), np.asarray(emitted), np.asarray(accepted)
         for b in slots:
             widths, ranks = siblings(parents[b], scores[b])
             path, missed = [], False
