@@ -129,6 +129,20 @@ def test_regional_compile_with_inductor_decodes_as_eager(tiny_bundle, code_promp
     torch._dynamo.reset()
 
 
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA; the CPU twins above trace the same regions")
+def test_regional_compiled_steps_in_cuda_graphs_match_eager_on_gpu(code_prompts):
+    from specdec.zoo import load_bundle
+
+    bundle = load_bundle("tiny", device="cuda", dtype=torch.float32)
+    for m, topk, prompts in (("ar", 1, code_prompts), ("eagle", 1, code_prompts[:1]), ("mtp", 2, code_prompts[:1])):
+        eager = Engine(bundle, m, k=3, topk=topk, cuda_graphs="off").generate(prompts, max_new_tokens=40).tokens
+        e = Engine(bundle, m, k=3, topk=topk, cuda_graphs="on", compile="layers", min_span=16)
+        assert e.generate(prompts, max_new_tokens=40).tokens == eager, (m, topk)
+        assert len({span for _, span, _, _ in e.graphs.captured}) >= 2
+
+
 # --- the flag -----------------------------------------------------------------------------------------------
 
 
