@@ -5,7 +5,9 @@ decoding), each start a process of its own:
             --compile on and an empty compile cache (it compiles and tunes, and fills the cache), then later
             starts with every default (--compile auto: compiled, since the cache now holds this model's
             kernels); the process's wall time, the compile's own time (its progress line), the time to the
-            first token and per output token after it
+            first token and per output token after it. Once per compile scope (--compile-scope step: each
+            captured step compiled whole; layers: one decoder layer compiled for all layers, and the LM head),
+            each with its own folder in the compile cache
   variants  the same with --compile off, and with --no-fuse --compile off (the checkpoint's layout, as the CLI
             loaded before issue 21)
   floor     (weight bytes read by a step + the live KV bytes) / the device-to-device copy rate, measured here
@@ -13,7 +15,8 @@ The JSON and the log are rewritten after each measurement; a failure is recorded
 time budget does not reach is marked skipped.
 
 usage (GPU node): PYTHONPATH=. python3 benchmarks/gpu_fast_path.py --out $OUT/gpu_fast_path.json  (log: .log beside)
-                  [--shapes 8b,1b] [--starts 3] [--budget-s 540] [--cache-dir DIR: default a fresh temporary one]
+                  [--shapes 8b,1b] [--scopes step,layers] [--starts 3] [--budget-s 540]
+                  [--cache-dir DIR: default a fresh temporary one]
        python3 benchmarks/gpu_fast_path.py --smoke --out /tmp/fp.json   (CPU, the zoo's tiny shape, no GPU part: tests)
 """
 
@@ -39,6 +42,7 @@ sys.path.insert(0, str(ROOT))  # the repository's specdec, run from anywhere
 @dataclass
 class Plan:
     shapes: tuple = ("8b", "1b")
+    scopes: tuple = ("step", "layers")  # --compile-scope of the starts (specdec.decoder.cuda_graphs.SCOPES)
     prompt_tokens: int = 512
     new_tokens: int = 256
     starts: int = 3  # the first (empty cache) and the later ones (the cache read)
@@ -95,7 +99,7 @@ def decode(shape: str, plan: Plan, prompt: str, extra: list[str], env: dict, tim
     d = json.loads(r.stdout)
     compiled = re.search(r"compiled in (\d+) s", r.stderr)
     return {"process_s": round(wall, 2), "compile_s": int(compiled.group(1)) if compiled else None,
-            "compiled": d["compiled"], "fused": d["fused"], "cuda_graphs": d["cuda_graphs"], "device": d["device"],
+            "compiled": d["compiled"], "compile_scope": d["compile_scope"], "fused": d["fused"], "cuda_graphs": d["cuda_graphs"], "device": d["device"],
             "prompt_tokens": d["prompt_tokens"][0], "new_tokens": d["new_tokens"], "ttft_ms": 1e3 * d["ttft_s"],
             "tpot_ms": 1e3 * d["tpot_s"]}
 
@@ -127,7 +131,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=Path("gpu_fast_path.json"))
     p.add_argument("--shapes", default=None, help="comma-separated: 8b,1b (default both)")
-    p.add_argument("--starts", type=int, default=None, help="processes with the default flags (default 3)")
+    p.add_argument("--scopes", default=None, help="comma-separated --compile-scope values of the starts "
+                                                  "(default step,layers)")
+    p.add_argument("--starts", type=int, default=None, help="processes per scope, the first with --compile on "
+                                                            "(default 3)")
     p.add_argument("--budget-s", type=float, default=540.0, help="stop starting processes after this long")
     p.add_argument("--cache-dir", default=None, help="the compile cache (default: a fresh temporary folder)")
     p.add_argument("--smoke", action="store_true", help="CPU, the zoo's tiny shape, no GPU part (the tests)")
@@ -135,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     plan = Plan.smoke() if args.smoke else Plan()
     if args.shapes:
         plan.shapes = tuple(args.shapes.split(","))
+    if args.scopes:
+        plan.scopes = tuple(args.scopes.split(","))
     if args.starts:
         plan.starts = args.starts
     run = Run(args.out, args.budget_s)
@@ -156,11 +165,16 @@ def main(argv: list[str] | None = None) -> int:
             run.log(f"{shape} floor {run.results['floor'][shape]:.3f} ms per output token")
     prompt = prompt_text(plan.prompt_tokens)
     first = [] if args.smoke else ["--compile", "on"]  # a CPU has nothing to compile: --compile on is refused
-    variants = [("start 1", first)] + [(f"start {i + 1}", []) for i in range(1, plan.starts)]
-    variants += [("compile off", ["--compile", "off"]), ("unfused, compile off", ["--no-fuse", "--compile", "off"])]
+    variants = []  # (name, scope, flags): per scope, start 1 fills the scope's cache folder, the later ones read it
+    for scope in plan.scopes:
+        scoped = ["--compile-scope", scope]
+        variants += [(f"start 1 ({scope})", scope, first + scoped)]
+        variants += [(f"start {i + 1} ({scope})", scope, scoped) for i in range(1, plan.starts)]
+    variants += [("compile off", None, ["--compile", "off"]),
+                 ("unfused, compile off", None, ["--no-fuse", "--compile", "off"])]
     for shape in plan.shapes:
-        for name, extra in variants:
-            entry = {"shape": shape, "variant": name, "flags": " ".join(extra) or "(defaults)"}
+        for name, scope, extra in variants:
+            entry = {"shape": shape, "variant": name, "scope": scope, "flags": " ".join(extra) or "(defaults)"}
             if run.left() < 30:
                 entry["skipped"] = f"time budget: {run.left():.0f} s left"
             else:
@@ -172,18 +186,24 @@ def main(argv: list[str] | None = None) -> int:
             run.save()
             run.log(" ".join(f"{k}={round(v, 3) if isinstance(v, float) else v}" for k, v in entry.items()))
     for shape in plan.shapes:
-        rows = [e for e in run.results["runs"] if e["shape"] == shape and "tpot_ms" in e]
-        later = [e for e in rows if e["variant"].startswith("start") and e["variant"] != "start 1"]
-        if later:
-            tpot, floor = statistics.median(e["tpot_ms"] for e in later), run.results["floor"].get(shape)
-            compiles = [e["compile_s"] for e in rows if e["variant"].startswith("start")]
-            run.log(f"{shape}: default path {tpot:.3f} ms per output token (median of the later starts)"
-                    + (f", {tpot / floor:.2f}x the floor" if floor else "")
-                    + (f"; compile {compiles[0]} s at the first start, {compiles[1:]} s at the later ones"
-                       if compiles[0] is not None else "; not compiled"))
+        for scope in plan.scopes:
+            starts = [e for e in run.results["runs"] if e["shape"] == shape and e["scope"] == scope and "tpot_ms" in e]
+            summary(run, shape, scope, starts)
     if args.cache_dir is None:  # a temporary cache: its kernels are of no use to a later run of this script
         shutil.rmtree(cache, ignore_errors=True)
     return 0
+
+
+def summary(run: Run, shape: str, scope: str, starts: list[dict]) -> None:
+    """One scope's line: the later starts' median time per output token, and every start's compile time."""
+    later = [e for e in starts if not e["variant"].startswith("start 1 ")]
+    if later:
+        tpot, floor = statistics.median(e["tpot_ms"] for e in later), run.results["floor"].get(shape)
+        compiles = [e["compile_s"] for e in starts]
+        run.log(f"{shape}, --compile-scope {scope}: default path {tpot:.3f} ms per output token (median of the later starts)"
+                + (f", {tpot / floor:.2f}x the floor" if floor else "")
+                + (f"; compile {compiles[0]} s at the first start, {compiles[1:]} s at the later ones"
+                   if compiles[0] is not None else "; not compiled"))
 
 
 # --- docs/results.md: the section its results feed (benchmarks/report.py stitches the sections) ---------------
@@ -216,7 +236,9 @@ Each row is one `specdec decode --random-weights SHAPE --method ar` process (bat
 {data["env"]["plan"]["prompt_tokens"]}-token prompt, {data["env"]["plan"]["new_tokens"]} new tokens), fused: start 1
 compiled with an empty compile cache, start 2 from the cache (in this run both with the defaults of the time, which
 compiled; now `--compile auto` compiles only where the cache already holds the model's kernels, so a first start
-needs `--compile on`), then `--compile off`, then the checkpoint's own layout. SGLang 0.5.16 plain on the same shapes
+needs `--compile on`; a run's name says its `--compile-scope` where it had one: `step` compiles each captured step
+whole, `layers` one decoder layer for all layers and the LM head), then `--compile off`, then the checkpoint's own
+layout. SGLang 0.5.16 plain on the same shapes
 and machine (random weights, triton attention, CUDA graphs; `benchmarks/gpu_fast_path_sglang.py decode`), batch-1 time
 per output token at 512 tokens of context: {anchor}.
 

@@ -83,6 +83,10 @@ def test_the_cache_key_names_shape_dtype_gpu_and_torch():
               cache_key(SHAPE, "bfloat16", "NVIDIA H100 80GB HBM3", "2.13.0+cu128"),
               cache_key(SHAPE, "bfloat16", "NVIDIA H200", "2.12.0+cu128")]
     assert len({key, *others}) == 7
+    # the compile scope: "step" keeps the key it had before scopes existed, "layers" has a folder of its own
+    assert cache_key(SHAPE, "bfloat16", "NVIDIA H200", "2.13.0+cu128", "step") == key
+    layers = cache_key(SHAPE, "bfloat16", "NVIDIA H200", "2.13.0+cu128", "layers")
+    assert layers != key and layers.startswith("NVIDIA_H200-torch2.13.0+cu128-bfloat16-L32-H4096-layers-")
 
 
 def test_the_cache_lives_where_the_environment_says(tmp_path, monkeypatch):
@@ -147,7 +151,7 @@ def test_decode_on_a_cpu_runs_uncompiled_by_default(tmp_path):
                        capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
-    assert out["fused"] is True and out["compiled"] is False
+    assert out["fused"] is True and out["compiled"] is False and out["compile_scope"] is None
     assert not (tmp_path / ".cache" / "specdec" / "compile").exists()
 
 
@@ -157,14 +161,17 @@ def test_compiling_says_so_and_how_long(capsys):
     from specdec.cli.fast import compiling
 
     ran = []
-    compiling(SimpleNamespace(compile_dir="/cache/x"), SimpleNamespace(graphs=SimpleNamespace(compile=True)),
+    compiling(SimpleNamespace(compile_dir="/cache/x"), SimpleNamespace(graphs=SimpleNamespace(compile=True, scope="step")),
               lambda: ran.append(1))
     err = capsys.readouterr().err
     assert ran == [1]
     assert "compiling the decode step (first start on this GPU: ~1-2 min; later starts read the cache in /cache/x)" in err
     assert "compiled in" in err
-    compiling(SimpleNamespace(), SimpleNamespace(graphs=SimpleNamespace(compile=False)), lambda: ran.append(2))
-    assert ran == [1, 2] and capsys.readouterr().err == ""
+    compiling(SimpleNamespace(), SimpleNamespace(graphs=SimpleNamespace(compile=True, scope="layers")),
+              lambda: ran.append(2))
+    assert "compiling the decoder layers and LM head" in capsys.readouterr().err
+    compiling(SimpleNamespace(), SimpleNamespace(graphs=SimpleNamespace(compile=False, scope=None)), lambda: ran.append(3))
+    assert ran == [1, 2, 3] and capsys.readouterr().err == ""
 
 
 # --- random weights in a model's shape (SGLang's --load-format dummy) ---------------------------------------

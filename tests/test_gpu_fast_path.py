@@ -13,7 +13,7 @@ import pytest
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
-@pytest.mark.slow  # four `specdec decode` processes: about 10 s
+@pytest.mark.slow  # six `specdec decode` processes: about 15 s
 def test_the_fast_path_benchmark_runs_on_the_cpu(tmp_path, monkeypatch):
     out = tmp_path / "fp.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "HOME": str(tmp_path / "home")}
@@ -22,13 +22,17 @@ def test_the_fast_path_benchmark_runs_on_the_cpu(tmp_path, monkeypatch):
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads(out.read_text())
     runs = res["runs"]
-    assert [e["variant"] for e in runs] == ["start 1", "start 2", "compile off", "unfused, compile off"]
+    assert [e["variant"] for e in runs] == ["start 1 (step)", "start 2 (step)", "start 1 (layers)", "start 2 (layers)",
+                                            "compile off", "unfused, compile off"]
+    assert [e["flags"] for e in runs[:4]] == ["--compile-scope step"] * 2 + ["--compile-scope layers"] * 2
     assert all("error" not in e and "skipped" not in e for e in runs), runs
     assert all(e["tpot_ms"] > 0 and e["ttft_ms"] > 0 and e["new_tokens"] == 16 and e["device"] == "cpu" for e in runs)
-    assert [e["fused"] for e in runs] == [True, True, True, False] and not any(e["compiled"] for e in runs)
+    assert [e["fused"] for e in runs] == [True] * 5 + [False] and not any(e["compiled"] for e in runs)
+    assert all(e["compile_scope"] is None for e in runs)  # a CPU compiles nothing, whatever the scope asked
     assert 24 <= runs[0]["prompt_tokens"] <= 40  # about the 32 asked for, through the text
     log = out.with_suffix(".log").read_text()
-    assert "tiny: default path" in log and "not compiled" in log
+    assert "tiny, --compile-scope step: default path" in log and "tiny, --compile-scope layers: default path" in log
+    assert "not compiled" in log
     assert not (tmp_path / "home" / ".cache").exists()  # nothing written to the user's home
 
     monkeypatch.syspath_prepend(str(BENCH))
@@ -37,4 +41,4 @@ def test_the_fast_path_benchmark_runs_on_the_cpu(tmp_path, monkeypatch):
 
     monkeypatch.setattr(page, "load", lambda name: res)
     section = gpu_fast_path.render()
-    assert "The default `specdec decode` path on random weights" in section and "| tiny | start 2 |" in section
+    assert "The default `specdec decode` path on random weights" in section and "| tiny | start 2 (layers) |" in section

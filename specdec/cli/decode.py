@@ -89,7 +89,8 @@ def main(args) -> int:
     out = res.as_dict()
     out["model"] = bundle.name if args.random_weights else args.model
     out["device"] = str(device)
-    out["fused"], out["compiled"] = not args.no_fuse, compiled
+    out["fused"], out["compiled"] = not args.no_fuse, bool(compiled)
+    out["compile_scope"] = engines[args.method].graphs.scope  # None: not compiled
     out["text"] = [bundle.tokenizer.decode(t) for t in res.tokens]
     out["threads"], out["load_average"] = torch.get_num_threads(), os.getloadavg()[0]
     out["prompt_tokens"] = [len(p) for p in prompts]
@@ -109,7 +110,7 @@ def main(args) -> int:
           + (f", k={args.k}" if args.method != "ar" else "")
           + (f", topk={args.topk}, num_draft_tokens={shape.num_draft_tokens}" if args.topk > 1 else "")
           + f", batch {args.batch}, T={args.temperature}" + ("" if args.no_fuse else ", fused")
-          + (", compiled" if compiled else ""))
+          + (f", compiled ({compiled})" if compiled else ""))
     for i, t in enumerate(out["text"][: min(args.batch, 4)]):
         print(f"--- row {i}: {texts[i % len(texts)]!r} +")
         print(t)

@@ -15,6 +15,7 @@ import torch
 from specdec.cli.common import UsageError
 from specdec.decoder import compile_cache
 from specdec.decoder.bundle import fuse_bundle
+from specdec.decoder.cuda_graphs import DEFAULT_SCOPE, SCOPES
 from specdec.decoder.tree import TreeShape
 from specdec.zoo import load_bundle
 from specdec.zoo.dummy import random_bundle
@@ -43,6 +44,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compile", default="auto", choices=["auto", "on", "off"],
                    help="torch.compile the decode step inside its CUDA graph (auto: on a GPU where an earlier "
                         "--compile on start left this model's kernels in the compile cache)")
+    p.add_argument("--compile-scope", default=DEFAULT_SCOPE, choices=SCOPES,
+                   help="what --compile compiles: step, each captured step whole (every layer inlined: the fastest "
+                        "step, minutes to compile a large model); layers, one decoder layer compiled once for all "
+                        f"layers and the LM head (the rest of the step eager in the CUDA graph). Default: {DEFAULT_SCOPE}")
     p.add_argument("--compile-cache", default=None, metavar="DIR",
                    help=f"where compiled kernels are kept between starts (default: ${compile_cache.CACHE_ENV}, else "
                         "~/.cache/specdec/compile); 'none': no cache, so auto does not compile")
@@ -94,20 +99,21 @@ def compile_choice(mode: str, device_type: str, cuda_graphs: str, cached: bool) 
     return mode == "on" or (mode == "auto" and graphs and cached)
 
 
-def setup_compile(args: argparse.Namespace, bundle, device: str) -> bool:
-    """Decide --compile for this run; when compiling with a cache, point torch's caches at this model's folder."""
+def setup_compile(args: argparse.Namespace, bundle, device: str) -> str | bool:
+    """Decide --compile for this run: its --compile-scope ("step" or "layers", what Engine(compile=) takes), or False.
+    When compiling with a cache, point torch's caches at this model's (and scope's) folder."""
     root, folder = cache_dir(args), None
     if root is not None and torch.device(device).type == "cuda":
         b = bundle.target
         shape = {f: getattr(b.config, f) for f in compile_cache.SHAPE_FIELDS}
         gpu = torch.cuda.get_device_name(torch.device(device))
         folder = root / compile_cache.cache_key(shape, str(next(b.parameters()).dtype).removeprefix("torch."), gpu,
-                                                torch.__version__)
+                                                torch.__version__, args.compile_scope)
     warm = folder is not None and folder.is_dir() and any(folder.iterdir())
     on = compile_choice(args.compile, torch.device(device).type, args.cuda_graphs, warm)
     if on and folder is not None:
         args.compile_dir = compile_cache.use_cache(folder)
-    return on
+    return args.compile_scope if on else False
 
 
 def compiling(args: argparse.Namespace, engine, warm) -> None:
@@ -116,7 +122,8 @@ def compiling(args: argparse.Namespace, engine, warm) -> None:
         warm()
         return
     where = getattr(args, "compile_dir", None)
-    print("specdec: compiling the decode step (first start on this GPU: ~1-2 min; later starts read the cache"
+    what = "decode step" if engine.graphs.scope == "step" else "decoder layers and LM head"
+    print(f"specdec: compiling the {what} (first start on this GPU: ~1-2 min; later starts read the cache"
           + (f" in {where})" if where else "; no cache: --compile-cache none)"), file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     warm()

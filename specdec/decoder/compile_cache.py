@@ -28,14 +28,17 @@ def cache_root() -> Path:
     return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "specdec" / "compile")
 
 
-def cache_key(shape: dict, dtype: str, gpu: str, torch_version: str) -> str:
-    """A folder name for one (model shape, dtype, GPU, torch version): readable first, then a digest of all
-    of it. `shape` holds at least SHAPE_FIELDS (other keys are ignored: a name or a path does not change
-    a kernel)."""
+def cache_key(shape: dict, dtype: str, gpu: str, torch_version: str, scope: str = "step") -> str:
+    """A folder name for one (model shape, dtype, GPU, torch version, compile scope): readable first, then a
+    digest of all of it. `shape` holds at least SHAPE_FIELDS (other keys are ignored: a name or a path does not
+    change a kernel). The scope (cuda_graphs.SCOPES) compiles other graphs, so a folder warm for one is cold for
+    the other (--compile auto reads a folder's presence); "step" keeps the key it had before scopes existed."""
     kept = {f: shape.get(f) for f in SHAPE_FIELDS}
-    text = json.dumps([kept, dtype, gpu, torch_version], sort_keys=True)
+    parts = [kept, dtype, gpu, torch_version] + ([] if scope == "step" else [scope])
+    text = json.dumps(parts, sort_keys=True)
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     readable = f"{gpu}-torch{torch_version}-{dtype}-L{kept['num_hidden_layers']}-H{kept['hidden_size']}"
+    readable += "" if scope == "step" else f"-{scope}"
     return re.sub(r"[^A-Za-z0-9.+-]+", "_", readable) + "-" + digest
 
 

@@ -16,6 +16,8 @@ from typing import Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
+from specdec.decoder.regions import Regions
+
 # What inductor is told when it compiles a step (docs/results.md, the section "Where a batch-1 step's time goes"):
 # - tune each reduction's tile sizes by coordinate descent. The one-row matmuls of model.Linear are such
 #   reductions; untuned, an 8B step took 6.1 ms instead of 4.8. It costs about a minute per 8B capture.
@@ -23,6 +25,24 @@ from torch.overrides import TorchFunctionMode
 #   reduction, which then recomputes it for every output row: 58 M sigmoids a layer on the 8B shape.
 #   A lower threshold of operations for such a broadcast input realizes it (8B step 5.35 -> 4.63 ms).
 INDUCTOR_OPTIONS = {"coordinate_descent_tuning": True, "realize_opcount_threshold": 8}
+
+# What --compile compiles (Engine(compile=...)): "step", each captured step whole (every layer inlined, one trace
+# per capture: the fastest step measured so far, minutes to compile an 8B model); "layers", each decoder layer and
+# the LM head as compile regions (regions.py: one trace per shape serves every layer), the rest of the step eager
+# inside our graph. True means DEFAULT_SCOPE: "step", the scope every figure so far was measured with, until a GPU
+# run shows what "layers" costs per token (benchmarks/gpu_fast_path.py runs both).
+SCOPES = ("step", "layers")
+DEFAULT_SCOPE = "step"
+
+
+def compile_scope(compile: bool | str) -> str | None:
+    """Engine(compile=...) -> None (not compiled), "step" or "layers"; True is DEFAULT_SCOPE."""
+    if compile is False or compile is None:
+        return None
+    scope = DEFAULT_SCOPE if compile is True else compile
+    if scope not in SCOPES:
+        raise ValueError(f"compile must be a bool or one of {', '.join(SCOPES)}, got {compile!r}")
+    return scope
 
 
 class GraphedStep:
@@ -167,12 +187,18 @@ class Graphs:
     number of cache slots fn's attention reads (KVCache.span): a graph bakes it in, so it is part
     of the key, with the number of rows in `state` (a greedy plain step may have no tensor argument).
     Keys: (name, span, rows, argument shapes).
+
+    compile (compile_scope): "step" compiles each capture's fn whole; "layers" runs fn with `regions` active,
+    so that its decoder layers and LM heads run compiled (one Regions shared by an engine's Graphs).
     """
 
-    def __init__(self, mode: str | None, pool=None, compile: bool = False):
-        self.mode, self.pool, self.compile = mode, pool, compile
+    def __init__(self, mode: str | None, pool=None, compile: bool | str = False, regions: Regions | None = None):
+        self.mode, self.pool = mode, pool
+        self.scope = compile_scope(compile)
+        self.compile = self.scope is not None
+        self.regions = (regions or Regions()) if self.scope == "layers" else None
         self.captured: dict[tuple, GraphedStep | EmulatedGraph] = {}
-        if compile:  # one compile per capture; past dynamo's default of 8 per function the rest would run unfused
+        if self.scope == "step":  # a compile per capture; past dynamo's default of 8 per function the rest would run unfused
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 256)
 
     def __call__(self, name: str, fn: Callable, *args, state: tuple[torch.Tensor, ...] = (), span: int | None = None):
@@ -185,10 +211,14 @@ class Graphs:
                 it = iter(ts)
                 return fn(*(None if a is None else next(it) for a in args))
 
-            run = torch.compile(on_tensors, dynamic=False) if self.compile else on_tensors
+            run = on_tensors
+            if self.scope == "step":
+                run = torch.compile(on_tensors, dynamic=False)
+            elif self.scope == "layers":
+                run = self.regions.around(on_tensors)
             kind = GraphedStep if self.mode == "cuda" else EmulatedGraph
-            # the first calls (the warm-up) compile, so inductor's options apply there; torch._inductor is
-            # imported on first use, so runs without compile never pay its second of import
+            # the first calls (the warm-up) compile, whole or by region, so inductor's options apply there;
+            # torch._inductor is imported on first use, so runs without compile never pay its second of import
             with torch._inductor.config.patch(INDUCTOR_OPTIONS) if self.compile else contextlib.nullcontext():
                 self.captured[key] = kind(run, tensors, state=state, pool=self.pool)
         return self.captured[key](*tensors)

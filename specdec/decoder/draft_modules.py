@@ -46,7 +46,7 @@ class FeatureDraft(nn.Module):
         group = cfg.num_attention_heads // cfg.num_key_value_heads
         mask = (attention_mask(positions, cache.slots_read(positions), group, cache.visible)
                 if cache is not None else None)
-        x = self.block(x, cos, sin, cache, 0, positions, mask)
+        x = self.block(x, cos, sin, cache.layer(0) if cache is not None else None, positions, mask)
         return self.finish(x)
 
 

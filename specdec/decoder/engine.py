@@ -104,10 +104,12 @@ class Engine:
     """A target, one proposer (or none: plain decoding) and a batch of up to max_batch rows."""
 
     def __init__(self, bundle, method: str = "ar", k: int = 4, max_batch: int = 8, max_len: int | None = None,
-                 cuda_graphs: str = "auto", compile: bool = False, proposer: Proposer | None = None, seed: int = 0,
+                 cuda_graphs: str = "auto", compile: bool | str = False, proposer: Proposer | None = None, seed: int = 0,
                  min_span: int = 256, adaptive: AdaptiveK | bool = False, topk: int = 1,
                  num_draft_tokens: int | None = None, simulate: float | None = None):
-        """compile: fuse the target's step with torch.compile (GPU; replayed inside our own graphs).
+        """compile: torch.compile under the graphs (GPU; replayed inside our own graphs): "step" the target's
+        steps whole, "layers" each decoder layer and LM head of the target and the proposer, one compile
+        for all layers (cuda_graphs.SCOPES); True: cuda_graphs.DEFAULT_SCOPE.
         min_span: the smallest KV bucket under graphs (buckets double from there up to max_len).
         adaptive: choose each step's k in 0..k from the batch and the measured acceptance (adaptive.py;
         True: the default AdaptiveK), else every step drafts k.
@@ -155,7 +157,9 @@ class Engine:
         self.eos_ids = bundle.eos_token_ids
         self.rows = Rows.empty(self.cache, self.max_len + k + 2, len(self.eos_ids))
         if self.proposer is not None:
-            self.proposer.setup(max_batch, self.max_len, k, Graphs(self.graph_mode, pool))
+            # a whole-step compile is the target's; compiled layers are every module's, one Regions for both
+            scope = "layers" if self.graphs.scope == "layers" else False
+            self.proposer.setup(max_batch, self.max_len, k, Graphs(self.graph_mode, pool, scope, self.graphs.regions))
         self.capacity = max_batch
         self.live: dict[int, Row] = {}  # the running rows, by slot
         self.gen = torch.Generator(device=self.device).manual_seed(seed)

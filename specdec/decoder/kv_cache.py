@@ -14,7 +14,33 @@ the cache holds. A view without a span (the eager prefill) reads just enough slo
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
+
+
+@dataclass
+class LayerCache:
+    """One layer's part of a cache view: what a decoder layer reads and writes, and nothing else (no layer
+    index: a compiled layer then serves every layer, model.Block). Shapes as KVCache's."""
+
+    k: torch.Tensor  # [B, nkv, S, D] this layer's keys
+    v: torch.Tensor  # [B, nkv, S, D] its values
+    slots: torch.Tensor | None = None  # a tree view's write slots [B, T] (KVCache.tree); None: the positions
+
+    def write(self, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor) -> None:
+        """Store k, v [B, nkv, T, D] at absolute positions [B, T] (a provisional write)."""
+        if self.slots is not None:  # a tree view: siblings share a position, each has a slot of its own
+            positions = self.slots
+        B, T = positions.shape
+        rows = torch.arange(B, device=positions.device).view(B, 1).expand(B, T)
+        # Advanced indices around a slice put [B, T] first: the value must be [B, T, nkv, D].
+        self.k[rows, :, positions] = k.transpose(1, 2)
+        self.v[rows, :, positions] = v.transpose(1, 2)
+
+    def read(self, n_slots: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The keys and values of the first n_slots slots, [B, nkv, n_slots, D] each (views, no copy)."""
+        return self.k[:, :, :n_slots], self.v[:, :, :n_slots]
 
 
 class KVCache:
@@ -67,15 +93,13 @@ class KVCache:
         for t in self.k + self.v:
             t[rows, :, dst] = t[rows, :, src]  # the right side is a copy: overlapping slots are safe
 
+    def layer(self, i: int) -> LayerCache:
+        """Layer i's keys and values (and a tree view's slots): what its attention reads and writes."""
+        return LayerCache(self.k[i], self.v[i], self.slots)
+
     def write(self, layer: int, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor) -> None:
-        """Store k, v [B, nkv, T, D] at absolute positions [B, T] (a provisional write)."""
-        if self.slots is not None:  # a tree view: siblings share a position, each has a slot of its own
-            positions = self.slots
-        B, T = positions.shape
-        rows = torch.arange(B, device=positions.device).view(B, 1).expand(B, T)
-        # Advanced indices around a slice put [B, T] first: the value must be [B, T, nkv, D].
-        self.k[layer][rows, :, positions] = k.transpose(1, 2)
-        self.v[layer][rows, :, positions] = v.transpose(1, 2)
+        """Store k, v [B, nkv, T, D] of layer `layer` at absolute positions [B, T] (a provisional write)."""
+        self.layer(layer).write(k, v, positions)
 
     def slots_read(self, positions: torch.Tensor) -> int:
         """How many slots attention reads: the span when the host set one, else just enough (read

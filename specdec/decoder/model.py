@@ -15,6 +15,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from specdec.decoder.kv_cache import LayerCache
+from specdec.decoder.regions import region
+
 
 @dataclass
 class ModelConfig:
@@ -155,7 +158,9 @@ class Attention(nn.Module):
             self.qkv_proj.bias.data.copy_(b)
         del self.q_proj, self.k_proj, self.v_proj
 
-    def forward(self, x, cos, sin, cache=None, layer: int = 0, positions=None, mask=None):
+    def forward(self, x, cos, sin, cache: LayerCache | None = None, positions=None, mask=None):
+        """x [B, T, H] at positions [B, T] -> [B, T, H]; with a cache (this layer's), the T keys and values are
+        written into it and attention reads its first S slots as mask [B, 1, g*T, S] allows."""
         B, T, _ = x.shape
         if hasattr(self, "qkv_proj"):
             qkv = self.qkv_proj(x).view(B, T, self.nh + 2 * self.nkv, self.d)
@@ -173,9 +178,8 @@ class Attention(nn.Module):
                 k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
-            cache.write(layer, k, v, positions)
-            S = mask.shape[-1]  # the slots this step reads: a prefix of the cache (KVCache.slots_read)
-            K, V = cache.k[layer][:, :, :S], cache.v[layer][:, :, :S]  # [B, nkv, S, D]
+            cache.write(k, v, positions)
+            K, V = cache.read(mask.shape[-1])  # [B, nkv, S, D]: the slots this step reads (KVCache.slots_read)
             # Grouped-query attention without copying the cache: fold each group's query heads
             # into the query-length axis, so one key/value head serves g*T query rows.
             qg = q.reshape(B, self.nkv, g * T, self.d)
@@ -209,7 +213,8 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """One decoder layer. `input_norm=False` drops the first norm (EAGLE's layer 0)."""
+    """One decoder layer. `input_norm=False` drops the first norm (EAGLE's layer 0). Its forward is a compile
+    region (regions.py): it is given its own layer's cache (no layer index), so one compiled code serves every layer."""
 
     def __init__(self, cfg: ModelConfig, input_norm: bool = True) -> None:
         super().__init__()
@@ -219,9 +224,10 @@ class Block(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, cos, sin, cache=None, layer=0, positions=None, mask=None):
+    @region
+    def forward(self, x, cos, sin, cache: LayerCache | None = None, positions=None, mask=None):
         h = self.input_layernorm(x) if hasattr(self, "input_layernorm") else x
-        x = x + self.self_attn(h, cos, sin, cache, layer, positions, mask)
+        x = x + self.self_attn(h, cos, sin, cache, positions, mask)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -292,10 +298,21 @@ class Transformer(nn.Module):
             group = self.config.num_attention_heads // self.config.num_key_value_heads
             mask = attention_mask(positions, cache.slots_read(positions), group, cache.visible)
         for i, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, cache, i, positions, mask)
+            x = layer(x, cos, sin, cache.layer(i) if cache is not None else None, positions, mask)
+        if not return_logits:
+            return None, self.norm(x)
+        return self.head(x)
+
+    @region
+    def head(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The final norm and the LM head: x [B, T, H] -> (logits [B, T, V], hidden [B, T, H]). A compile region."""
         hidden = self.norm(x)
-        logits = self.lm_head(hidden) if return_logits else None
-        return logits, hidden
+        return self.lm_head(hidden), hidden
+
+    @region
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The LM head alone, hidden [B, T, H] -> logits [B, T, V]: how a draft module's states are read (a region)."""
+        return self.lm_head(hidden)
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())

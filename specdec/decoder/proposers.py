@@ -140,7 +140,7 @@ class FeatureDraftProposer(Proposer):
 
     def _step(self, cache, hidden, ids, pos):
         g = self._state(cache, hidden, ids, pos)
-        return g, self.target.lm_head(g)
+        return g, self.target.logits(g)
 
     def _extend(self, cache, fresh, ids, pos, count, predict: bool):
         """The layer over the fresh states, writing its cache; predict: its output state [B, 1, H] and logits
@@ -149,7 +149,7 @@ class FeatureDraftProposer(Proposer):
         if not predict:
             return g
         g = last_valid(g, count).unsqueeze(1)
-        return g, self.target.lm_head(g)[:, 0]
+        return g, self.target.logits(g)[:, 0]
 
     def admit(self, rows, start, hidden):
         n, W, _ = hidden.shape
@@ -243,7 +243,7 @@ class HeadsProposer(Proposer):
 
     def _logits(self, rows, k):
         h = self.last[: rows.tokens.shape[0]]
-        return self.graphs("heads", lambda x: self.target.lm_head(self.heads(x)), h)[:, :k]  # [B, k, V]
+        return self.graphs("heads", lambda x: self.target.logits(self.heads(x)), h)[:, :k]  # [B, k, V]
 
     def propose(self, rows, k, u):
         logits = self._logits(rows, k)
@@ -256,7 +256,7 @@ class HeadsProposer(Proposer):
         """Medusa's tree: head d's distribution serves every node at depth d + 1, whatever its parent."""
 
         def tree(h):  # h [B, H]: the heads, then the expansion, in one capture
-            logits = self.target.lm_head(self.heads(h))[:, : shape.num_steps]  # [B, num_steps, V]
+            logits = self.target.logits(self.heads(h))[:, : shape.num_steps]  # [B, num_steps, V]
 
             def forward(depth, states, tokens, fed_parents):
                 return states, logits[:, depth].unsqueeze(1).expand(-1, tokens.shape[1], -1)

@@ -414,7 +414,7 @@ def describe(engine: Engine) -> str:
         f", SIMULATED accept length {engine.simulate:g} (the output is not the model's)" if engine.simulate else "")
     where = torch.cuda.get_device_name() if engine.device.type == "cuda" else "CPU"
     return (f"{what}, up to {engine.capacity} running requests, context {engine.max_len}, {where}"
-            + (", compiled" if engine.graphs.compile else ""))
+            + (f", compiled ({engine.graphs.scope})" if engine.graphs.compile else ""))
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
