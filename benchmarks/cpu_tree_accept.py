@@ -126,5 +126,41 @@ def compare(found: dict, shapes: list[tuple[int, int, int]]) -> None:
             print(f"{method:6s} {d:2d} verified: " + "; ".join(parts))
 
 
+# --- docs/results.md: this script's section (benchmarks/report.py stitches the sections) ----------------------
+
+def render() -> str:
+    from page import load, provenance, table
+
+    data = load("cpu_tree_deep.json")
+    if not data:
+        return ""
+    shapes = list(next(iter(data["pooled"].values())))
+    rows = [[m, c] + [by.get(s) for s in shapes] for m, cs in data["tau"].items() for c, by in cs.items()]
+    rows += [[m, "pooled"] + [by.get(s) for s in shapes] for m, by in data["pooled"].items()]
+    lines = []
+    for m, by in data["pooled"].items():
+        for n in sorted({int(s.split("/")[2]) for s in shapes}):
+            chain = f"{n - 1}/1/{n}"
+            trees = [s for s in shapes if s.endswith(f"/{n}") and s.split("/")[1] != "1"]
+            if chain in by and trees:
+                best = max(trees, key=by.get)
+                per = ", ".join(f"{c} {cs[best] - cs[chain]:+.2f}" for c, cs in data["tau"][m].items())
+                lines.append(f"- {m}, {n} verified tokens: best tree {best} {by[best]:.2f} against the chain {chain} "
+                             f"{by[chain]:.2f} ({by[best] - by[chain]:+.2f} pooled; by category {per})")
+    return f"""### Deep trees against the chain on the CPU
+
+{provenance(["benchmarks/results/cpu_tree_deep.json"], "the 2-core development CPU", "`benchmarks/cpu_tree_accept.py --shapes`",
+            ["benchmarks/logs/cpu_tree_deep.log"], ["benchmarks/results/cpu_tree_deep.json"])}
+
+The Lab 2 decoder, fp32, greedy, {data["prompts_per_category"]} zoo prompts per category, {data["new_tokens"]} new tokens;
+tau = accepted drafts + 1 per verify step (pooled: over the three categories' steps). Columns: num_steps/topk/num_draft_tokens.
+Every run is identical to plain decoding.
+
+{table(["method", "category"] + shapes, rows)}
+
+{chr(10).join(lines)}
+"""
+
+
 if __name__ == "__main__":
     main()

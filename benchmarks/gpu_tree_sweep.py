@@ -291,10 +291,11 @@ def best(data: dict, kind: str, c: str, chain: bool) -> tuple[str, float] | None
     return max(rates, key=lambda x: x[1]) if rates else None
 
 
-def render() -> str:
+def render(folder: str = "gpu_tree_sweep", title: str = "Draft trees across concurrency: SGLang and `specdec serve`",
+           intro: str = "") -> str:
     from page import load, provenance, table
 
-    data = load("gpu_tree_sweep/summary.json")
+    data = load(f"{folder}/summary.json")
     if not data:
         return ""
     ms = lambda s: None if s is None else s * 1000  # noqa: E731
@@ -316,13 +317,14 @@ def render() -> str:
             if tree and chain:
                 verdicts.append(f"- {label}, concurrency {c}: best tree {tree[0]} {tree[1]:.0f} tok/s, best chain "
                                 f"{chain[0]} {chain[1]:.0f} tok/s ({tree[1] / chain[1]:.2f}x)")
+    gains = tree_gains(data, levels[0])
     device = (data.get("env") or {}).get("gpu") or "a GPU"
     device = "one " + device.split(",")[0] if device != "a GPU" else device
-    return f"""### Draft trees across concurrency: SGLang and `specdec serve`
+    summary, log = f"benchmarks/results/{folder}/summary.json", f"benchmarks/logs/{folder}.log"
+    return f"""### {title}
 
-{provenance(["benchmarks/results/gpu_tree_sweep/summary.json"], device, "`benchmarks/gpu_tree_sweep.py`",
-            ["benchmarks/logs/gpu_tree_sweep.log"], ["benchmarks/results/gpu_tree_sweep/summary.json"])}
-
+{provenance([summary], device, "`benchmarks/gpu_tree_sweep.py`", [log], [summary])}
+{intro}
 The zoo's EAGLE head, greedy, {", ".join(data["settings"]["categories"])} prompts, {data["settings"]["max_new_tokens"]} new
 tokens, each level warmed, runs of at least {data["settings"]["min_run_s"]:.0f} s, at most {data["settings"]["max_running"]}
 running requests. tok/s: output tokens over the categories' runs; accept length: completion tokens / verify steps from
@@ -334,8 +336,36 @@ the server's per-request counters; step ms: the server's step_time_dict at the r
         "ours step ms (client)"], rows)}
 
 {chr(10).join(verdicts)}
+{chr(10).join(gains)}
 """
 
+
+def tree_gains(data: dict, c: str) -> list[str]:
+    """At concurrency c, each tree's accept length against the chain of as many verified tokens (same
+    num_draft_tokens), by each server, and how far the two servers' accept lengths are apart."""
+    def acc(kind, name):
+        return data.get(kind, {}).get(name, {}).get("by_concurrency", {}).get(c, {}).get("accept_length_sglang")
+
+    out = []
+    for s, k, n in data["settings"]["shapes"]:
+        chain, tree = key((n - 1, 1, n)), key((s, k, n))
+        if k == 1 or not any(acc(kind, chain) and acc(kind, tree) for kind in KINDS):
+            continue
+        parts = [f"{label} {acc(kind, tree):.2f} vs {acc(kind, chain):.2f} ({acc(kind, tree) - acc(kind, chain):+.2f})"
+                 for kind, label in (("sglang", "SGLang"), ("ours", "ours")) if acc(kind, chain) and acc(kind, tree)]
+        apart = [abs(acc("ours", x) / acc("sglang", x) - 1) for x in (tree, chain) if acc("ours", x) and acc("sglang", x)]
+        out.append(f"- accept length at concurrency {c}, tree {tree} vs the chain {chain}: " + "; ".join(parts)
+                   + (f"; ours vs SGLang within {max(apart):.1%}" if apart else ""))
+    return out
+
+
+def render_deep() -> str:
+    return render("gpu_tree_sweep_deep", "Deep draft trees: as deep as the chain, wider where the drafter is unsure", """
+The sweep above kept the trees shallow (num_steps 3 to 5), and the chain of 16 out-drew them. Here each tree is as deep
+as the chain it is compared with (num_steps 7 or 15, the same number of verified tokens) and wider: EAGLE-2's rerank
+keeps the deep chain where the drafter is sure and spends the tokens on siblings where it is not. SGLang ran in one
+device call and `specdec serve` in the next, on the same machine: compare a tree with a chain within one server.
+""")
 
 if __name__ == "__main__":
     raise SystemExit(main())
