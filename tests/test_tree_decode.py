@@ -135,12 +135,12 @@ def test_grow_reranks_and_keeps_every_parent():
     shape = TreeShape.make(4, 3, 12)
     fed = []
 
-    def forward(depth, states, tokens, fed_parents):  # a drafter with random opinions
-        fed.append((depth, tokens.shape, fed_parents.shape))
+    def forward(depth, states, tokens, seen):  # a drafter with random opinions
+        fed.append((depth, tokens.shape, seen.shape))
         return states + 1, torch.randn(B, tokens.shape[1], V) * 3
 
     tree = grow(torch.randn(B, V) * 3, torch.zeros(B, 1, H), shape, forward)
-    assert [f[0] for f in fed] == [1, 2, 3] and fed[-1][2] == (B, 9)  # num_steps - 1 draft passes, topk fed each
+    assert [f[0] for f in fed] == [1, 2, 3] and fed[-1][2] == (B, 3, 9)  # num_steps - 1 draft passes, topk fed each
     assert tree.tokens.shape == (B, 11)
     for b in range(B):
         for i in range(11):
@@ -155,6 +155,36 @@ def test_grow_reranks_and_keeps_every_parent():
     # topk 1: the chain of argmaxes
     chain = grow(torch.randn(B, V), torch.zeros(B, 1, H), TreeShape.make(3), forward)
     assert chain.parents.tolist() == [[-1, 0, 1]] * B and chain.depths.tolist() == [[1, 2, 3]] * B
+
+
+def test_grow_hands_each_fed_node_exactly_its_ancestors():
+    """What the drafter is told each fed node sees (grow's `seen`, built one gather a depth) equals the ancestors
+    walked from the fed nodes' parents. The drafter here names each child after its parent (token 1 + parent x K
+    + rank), so the test reads every fed node's parent off its token."""
+    torch.manual_seed(1)
+    B, H, (steps, K) = 4, 2, (5, 3)
+    ROOT = 1 + steps * K * K  # the root's children: ROOT + rank
+    V = ROOT + K
+    parents, told = [], []
+
+    def forward(depth, states, tokens, seen):
+        first = (depth - 1) * K  # the fed index of tokens[:, 0]
+        parents.append(torch.where(tokens >= ROOT, -1, (tokens - 1) // K))  # [B, K] fed index of each one's parent
+        told.append(seen)
+        logits = torch.full((B, K, V), -1e9)
+        for i in range(K):
+            logits[:, i, 1 + (first + i) * K + torch.arange(K)] = torch.rand(B, K) * 4  # K children of fed node i
+        return states, logits
+
+    root = torch.full((B, V), -1e9)
+    root[:, ROOT:] = torch.rand(B, K)
+    grow(root, torch.zeros(B, 1, H), TreeShape.make(steps, K, 10), forward)
+    fed_parents = torch.cat(parents, 1)  # [B, M]
+    want = ancestors(fed_parents)
+    assert len(told) == steps - 1
+    for d, seen in enumerate(told, 1):
+        assert torch.equal(seen, want[:, (d - 1) * K: d * K, : d * K]), d
+    assert (fed_parents[:, K:] % K != torch.arange(K).repeat(steps - 2)).any()  # beams did mix: not K lone chains
 
 
 def test_invalid_shapes_are_one_line_errors(tiny_bundle):

@@ -27,7 +27,7 @@ import torch
 from specdec.decoder.cuda_graphs import Graphs
 from specdec.decoder.kv_cache import KVCache
 from specdec.decoder.step import Rows
-from specdec.decoder.tree import TreeDrafts, TreeShape, grow, tree_mask
+from specdec.decoder.tree import TreeDrafts, TreeShape, grow, visible_slots
 from specdec.decoder.verify import sample
 
 
@@ -199,10 +199,10 @@ class FeatureDraftProposer(Proposer):
         cache, g, logits = self.extend(rows)
         L = rows.lengths
 
-        def forward(depth, states, tokens, fed_parents):  # the fed nodes sit at slots L.., the last K fed now
-            M, K = fed_parents.shape[1], tokens.shape[1]
+        def forward(depth, states, tokens, seen):  # the fed nodes sit at slots L.., the last K fed now
+            M, K = seen.shape[2], tokens.shape[1]
             slots = L.unsqueeze(1) + torch.arange(M - K, M, device=L.device)  # [B, K]
-            view = cache.tree(slots, tree_mask(L, fed_parents, rows.span or cache.max_len)[:, M - K:])
+            view = cache.tree(slots, visible_slots(L, seen, rows.span or cache.max_len))
             return self._step(view, states, tokens, (L + depth - 1).unsqueeze(1).expand(-1, K))
 
         return self.grown(shape, rows.span, lambda logits_, g_: grow(logits_, g_, shape, forward), logits, g)
@@ -258,7 +258,7 @@ class HeadsProposer(Proposer):
         def tree(h):  # h [B, H]: the heads, then the expansion, in one capture
             logits = self.target.logits(self.heads(h))[:, : shape.num_steps]  # [B, num_steps, V]
 
-            def forward(depth, states, tokens, fed_parents):
+            def forward(depth, states, tokens, seen):
                 return states, logits[:, depth].unsqueeze(1).expand(-1, tokens.shape[1], -1)
 
             return grow(logits[:, 0], h.unsqueeze(1), shape, forward)

@@ -81,29 +81,37 @@ class TreeDrafts:
 
 
 def ancestors(parents: torch.Tensor) -> torch.Tensor:
-    """parents [B, N] (-1: none, a parent before its child) -> [B, N, N] bool: j is i or an ancestor of i."""
+    """parents [B, N] (-1: none, a parent before its child) -> [B, N, N] bool: j is i or an ancestor of i.
+    By doubling: A[i, j] = "j is within s steps above i"; A squared reaches 2s steps, so log2(N) products
+    cover the deepest path (a few kernels, not one pass per level: a tree's draft builds this at every depth)."""
     B, N = parents.shape
     eye = torch.eye(N, dtype=torch.bool, device=parents.device)
-    anc, node = eye.expand(B, N, N).clone(), torch.arange(N, device=parents.device).expand(B, N)
-    for _ in range(N - 1):  # one level up per pass
-        node = torch.where(node >= 0, parents.gather(1, node.clamp(min=0)), node)
-        anc |= eye[node.clamp(min=0)] & (node >= 0).unsqueeze(-1)
-    return anc
+    up = torch.zeros(B, N, N, dtype=torch.bool, device=parents.device)  # up[i, j]: j is i's parent
+    up.scatter_(2, parents.clamp(min=0).unsqueeze(-1), (parents >= 0).unsqueeze(-1))
+    anc, reach = (eye | up).float(), 1  # within one step
+    while reach < N - 1:
+        anc, reach = (anc @ anc).clamp(max=1), 2 * reach  # within 2 x reach steps (0/1 sums: exact in fp32)
+    return anc.bool()
 
 
 def tree_mask(lengths: torch.Tensor, parents: torch.Tensor, span: int) -> torch.Tensor:
     """Which cache slots each of N tree nodes sees, the node i written at slot lengths + i: the committed
     prefix (slots < lengths [B]) and its ancestors and itself. parents [B, N] -> [B, N, span] bool."""
-    N = parents.shape[1]
-    rel = torch.arange(span, device=parents.device) - lengths.view(-1, 1, 1)  # [B, 1, S]: slot - lengths
+    return visible_slots(lengths, ancestors(parents), span)
+
+
+def visible_slots(lengths: torch.Tensor, seen: torch.Tensor, span: int) -> torch.Tensor:
+    """tree_mask from the ancestor rows: seen [B, T, N] (which of the N tree nodes, written at slots
+    lengths + 0..N-1, each of T tokens sees) -> [B, T, span] bool, the committed prefix included."""
+    N = seen.shape[2]
+    rel = torch.arange(span, device=seen.device) - lengths.view(-1, 1, 1)  # [B, 1, S]: slot - lengths
     in_tree = (rel >= 0) & (rel < N)
-    anc = ancestors(parents).gather(2, rel.clamp(0, N - 1).expand(-1, N, -1))  # [B, N, S]
-    return (rel < 0) | (in_tree & anc)
+    return (rel < 0) | (in_tree & seen.gather(2, rel.clamp(0, N - 1).expand(-1, seen.shape[1], -1)))
 
 
-# forward(depth, states [B, K, H], tokens [B, K], fed parents [B, M]) -> (states [B, K, H], logits [B, K, V]):
-# the drafter reads the last K fed nodes (depth `depth`, written at slots lengths + M - K ..) and returns what
-# it predicts after each
+# forward(depth, states [B, K, H], tokens [B, K], seen [B, K, M]) -> (states [B, K, H], logits [B, K, V]):
+# the drafter reads the last K fed nodes (depth `depth`, written at slots lengths + M - K ..; seen: which of
+# the M fed nodes each of them sees, its ancestors and itself) and returns what it predicts after each
 Forward = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
@@ -114,10 +122,10 @@ def grow(logits: torch.Tensor, state: torch.Tensor, shape: TreeShape, forward: F
     score, tok = logits.float().log_softmax(-1).topk(K, -1)  # [B, K] depth 1, the first beam
     pool_tok, pool_score, pool_parent, pool_depth = [tok], [score], [torch.full_like(tok, -1)], [1]
     beam, states = torch.arange(K, device=tok.device).expand(B, K), state.expand(B, K, -1)
-    fed, fed_parent = [], torch.full_like(tok, -1)  # each fed node's parent among the fed (-1: the root)
+    eye = torch.eye(K, dtype=torch.bool, device=tok.device).expand(B, K, K)
+    seen = eye  # [B, K, M]: which fed nodes the K fed now see (M = depth * K; depth 1's see themselves)
     for depth in range(1, shape.num_steps):
-        fed.append(fed_parent)
-        out, logits = forward(depth, states, tok, torch.cat(fed, 1))
+        out, logits = forward(depth, states, tok, seen)
         s, t = logits.float().log_softmax(-1).topk(K, -1)  # [B, K, K]: each beam node's K best children
         cum = (score.unsqueeze(-1) + s).flatten(1)  # [B, K*K]
         offset = sum(p.shape[1] for p in pool_tok)
@@ -129,7 +137,8 @@ def grow(logits: torch.Tensor, state: torch.Tensor, shape: TreeShape, forward: F
         which = best // K  # its parents, among this depth's fed nodes
         beam, tok = offset + best, t.flatten(1).gather(1, best)
         states = out.gather(1, which.unsqueeze(-1).expand(-1, -1, out.shape[-1]))
-        fed_parent = (depth - 1) * K + which
+        # the next K see what their parent saw, and themselves (one gather a depth, not a walk up the tree)
+        seen = torch.cat([seen.gather(1, which.unsqueeze(-1).expand(-1, -1, seen.shape[2])), eye], 2)
     # the rerank: a child scores at most its parent, and comes after it in the pool, so a stable sort keeps
     # every chosen node's parent chosen
     scores, parent = torch.cat(pool_score, 1), torch.cat(pool_parent, 1)
