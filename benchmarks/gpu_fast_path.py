@@ -234,10 +234,9 @@ def render() -> str:
 
 Each row is one `specdec decode --random-weights SHAPE --method ar` process (batch 1, a
 {data["env"]["plan"]["prompt_tokens"]}-token prompt, {data["env"]["plan"]["new_tokens"]} new tokens), fused: start 1
-compiled with an empty compile cache, start 2 from the cache (in this run both with the defaults of the time, which
-compiled; now `--compile auto` compiles only where the cache already holds the model's kernels, so a first start
-needs `--compile on`; a run's name says its `--compile-scope` where it had one: `step` compiles each captured step
-whole, `layers` one decoder layer for all layers and the LM head), then `--compile off`, then the checkpoint's own
+with `--compile on` and an empty compile cache, start 2 with the defaults (`--compile auto` compiles where the cache holds
+the model's kernels, as it then did), for each `--compile-scope` (`step` compiles each captured step whole, `layers` one
+decoder layer for all layers and the LM head), then `--compile off`, then the checkpoint's own
 layout. SGLang 0.5.16 plain on the same shapes
 and machine (random weights, triton attention, CUDA graphs; `benchmarks/gpu_fast_path_sglang.py decode`), batch-1 time
 per output token at 512 tokens of context: {anchor}.
