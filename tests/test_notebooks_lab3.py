@@ -104,9 +104,22 @@ def test_lecture_runs(tmp_path, inline_plots):
     assert images_in(nb) >= 5  # histogram and acceptance, ITL, throughput vs concurrency; the 8B run, the intensity
     assert_quiet(nb)
     assert_where_it_pays(out)
+    assert_tree_sweeps(out)
     # temperature: the CPU server's rule is Lab 1's, and tau is read at each temperature from the counters
     assert "verify rule at T > 0 on this server: accept with min(1, p(x) / q(x)), Lab 1's rule" in out
     assert re.search(r"tau by temperature: T = 0\.0: \d\.\d\d, T = 0\.5: \d\.\d\d, T = 1\.0: \d\.\d\d", out), out
+
+
+def assert_tree_sweeps(out):
+    """Section 7 reads both committed tree sweeps (shallow trees, then trees as deep as the chain): each server's best
+    tree against its best chain at every concurrency, and the deep trees' accept length against the chain's."""
+    verdicts = re.findall(r"^(SGLang|specdec serve), concurrency (\d+): best tree \(\d+, \d, \d+\) at \d\.\d\dx", out, re.MULTILINE)
+    assert len(verdicts) == 2 * 2 * 3, out  # two sweeps x two servers x three levels
+    gains = re.findall(r"^tree \((\d+), (\d), (\d+)\) vs chain \(\d+, 1, \d+\), concurrency 1: accept length ([-+]\d\.\d\d) "
+                       r"\(SGLang\), ([-+]\d\.\d\d) \(specdec serve\); the two servers within (\d+\.\d)%", out, re.MULTILINE)
+    assert [g[:3] for g in gains] == [("7", "4", "8"), ("15", "2", "16"), ("15", "4", "16")], out
+    assert all(float(g[5]) < 5 for g in gains)  # the committed run: both servers agree within 5%
+    assert "your guess: None" in out
 
 
 def assert_where_it_pays(out):
