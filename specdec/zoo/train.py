@@ -124,17 +124,20 @@ def train_lm(model: Transformer, batches, heldout: torch.Tensor, stage, device: 
 
 
 class DepthKV:
-    """The MTP layer's KV cache as unrolled training fills it: the keys and values of every depth
-    side by side (depth d's entry for position p in slot (d - 1) * T + p), appended, never written in
-    place, so autograd can follow them. `depth_mask` says which slots a query of each depth reads."""
+    """The MTP layer's KV cache as unrolled training fills it (model.LayerCache's write and read): the keys
+    and values of every depth side by side (depth d's entry for position p in slot (d - 1) * T + p), appended,
+    never written in place, so autograd can follow them. `depth_mask` says which slots a query of each depth reads."""
 
     def __init__(self) -> None:
-        self.k: list = [None]
-        self.v: list = [None]
+        self.k: torch.Tensor | None = None
+        self.v: torch.Tensor | None = None
 
-    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor) -> None:
-        self.k[layer] = k if self.k[layer] is None else torch.cat((self.k[layer], k), 2)
-        self.v[layer] = v if self.v[layer] is None else torch.cat((self.v[layer], v), 2)
+    def write(self, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor) -> None:
+        self.k = k if self.k is None else torch.cat((self.k, k), 2)
+        self.v = v if self.v is None else torch.cat((self.v, v), 2)
+
+    def read(self, n_slots: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.k[:, :, :n_slots], self.v[:, :, :n_slots]
 
 
 def depth_mask(T: int, depth: int, group: int, device) -> torch.Tensor:
@@ -166,7 +169,7 @@ def mtp_unrolled(mtp: MTPLayer, hidden: torch.Tensor, next_ids: torch.Tensor, em
     for d in range(1, depths + 1):
         x = mtp.combine(emb, hidden, pos)
         rotary = rotary or mtp.rotary(pos, x.dtype)
-        g = mtp.finish(mtp.block(x, *rotary, kv, 0, pos, depth_mask(T, d, group, next_ids.device)))
+        g = mtp.finish(mtp.block(x, *rotary, kv, pos, depth_mask(T, d, group, next_ids.device)))
         states.append(g)
         hidden = F.pad(g[:, :-1], (0, 0, 1, 0))  # the next depth at p reads this one at p - 1
     return states
