@@ -41,8 +41,8 @@ def images_in(nb: nbformat.NotebookNode) -> int:
 def shrunk(nb: nbformat.NotebookNode, sizes: dict[str, str]) -> nbformat.NotebookNode:
     """The notebook with its demonstrations made smaller: each key, a whole line of one code cell (the sizes:
     tokens, repeats, steps), replaced by its value. For a run that checks what a notebook does, not what it
-    measures (the untouched lab: its demonstrations are the solution's, which run at full size); a line that is
-    missing or found twice fails, so that the notebook and the test cannot drift apart silently.
+    measures (the untouched lab; a lecture's or a solution's timings); a line that is missing or found twice
+    fails, so that the notebook and the test cannot drift apart silently.
     SPECDEC_FULL_NOTEBOOKS=1 in the environment keeps every size (the lines are still checked): `make test-full`."""
     full = os.environ.get("SPECDEC_FULL_NOTEBOOKS") == "1"
     for old, new in sizes.items():

@@ -225,7 +225,7 @@ def test_eval_writes_figures_and_keeps_the_other_keys(tmp_path, capsys):
     root = tmp_path / "copy"
     shutil.copytree(ZOO, root)
     before = json.loads((root / "zoo.json").read_text())
-    fig = evaluate_zoo(root, prompts=2, new_tokens=8, write=True)
+    fig = evaluate_zoo(root, prompts=2, new_tokens=8, write=True, loss_windows_per_category=4)
     after = json.loads((root / "zoo.json").read_text())
     assert {k: v for k, v in after.items() if k != "figures"} == {k: v for k, v in before.items() if k != "figures"}
     assert after["figures"]["acceptance"] == fig["acceptance"]
@@ -234,7 +234,7 @@ def test_eval_writes_figures_and_keeps_the_other_keys(tmp_path, capsys):
             rows = fig["acceptance"][m][c]
             assert [r["k"] for r in rows] == [1, 2, 3, 4]
             assert all(r["identical_to_plain"] and 1.0 <= r["tau"] <= r["k"] + 1 for r in rows), (m, c)
-    assert all(v["loss"] > 0 for part in fig["heldout_loss"].values() for v in part.values())
+    assert all(v["loss"] > 0 and v["windows"] == 4 for part in fig["heldout_loss"].values() for v in part.values())
     assert len(fig["goals"]) == 2 + 1 + len(METHODS)
     assert "What the zoo was built to reach" in capsys.readouterr().out
     assert "tau = tokens per verify step" in format_info(zoo_info(root))

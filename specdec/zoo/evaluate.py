@@ -214,9 +214,11 @@ def load_zoo_bundle(root: Path):
     return bundle, meta
 
 
-def evaluate_zoo(root: Path, prompts: int = 8, new_tokens: int = 48, write: bool = False) -> dict:
+def evaluate_zoo(root: Path, prompts: int = 8, new_tokens: int = 48, write: bool = False,
+                 loss_windows_per_category: int = LOSS_WINDOWS) -> dict:
     """Measure the figures, print them, and with `write` store them in zoo.json (and docs/zoo.md
-    for the shipped zoo). Returns the figures."""
+    for the shipped zoo). Returns the figures. loss_windows_per_category: held-out windows of
+    LOSS_WINDOW tokens each model's loss is measured on (at most; fewer where a category is short)."""
 
     if prompts < 1 or new_tokens < 1:
         raise ValueError("prompts and new_tokens must be >= 1")
@@ -246,7 +248,7 @@ def evaluate_zoo(root: Path, prompts: int = 8, new_tokens: int = 48, write: bool
     bar = tqdm(total=total, desc="zoo eval", mininterval=1.0)
     losses: dict[str, dict] = {"target": {}, "draft": {}}
     for c in CATEGORIES:
-        windows = loss_windows(docs[c], eos)
+        windows = loss_windows(docs[c], eos, n=loss_windows_per_category)
         for name, model in (("target", bundle.target), ("draft", bundle.draft)):
             loss, n = window_loss(model, windows)
             losses[name][c] = {"loss": round(loss, 4), "ppl": round(math.exp(loss), 3), "tokens": n,
