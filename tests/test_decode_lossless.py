@@ -3,7 +3,6 @@ every proposer at batch 1 and 4, and plain decoding equals transformers' greedy 
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM
 
 from specdec.decoder.engine import Engine
 from specdec.decoder.proposers import OracleProposer
@@ -18,6 +17,8 @@ def plain(engine, code_prompts):
 
 
 def test_plain_equals_transformers_generate(tiny_bundle, plain, code_prompts):
+    from transformers import AutoModelForCausalLM  # imported here: at collection, every worker would pay its seconds
+
     hf = AutoModelForCausalLM.from_pretrained(str(tiny_bundle.paths["target"]), dtype=torch.float32).eval()
     eos = tiny_bundle.eos_token_ids[0]
     for b, p in enumerate(code_prompts):

@@ -4,7 +4,6 @@ import tempfile
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
 from specdec.decoder.checkpoint import load_transformer
 from specdec.decoder.kv_cache import KVCache
@@ -14,12 +13,16 @@ TOL = 1e-4
 
 @pytest.fixture(scope="module")
 def hf_tiny(tiny_bundle):
+    from transformers import AutoModelForCausalLM  # imported here: at collection, every worker would pay its seconds
+
     return AutoModelForCausalLM.from_pretrained(str(tiny_bundle.paths["target"]), dtype=torch.float32).eval()
 
 
 @pytest.fixture(scope="module")
 def llama_pair():
     """A random Llama with GQA and Llama 3 RoPE scaling, saved and loaded back by us."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=257, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                       num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=512,

@@ -89,7 +89,8 @@ def test_compile_scope_names_what_is_compiled():
     assert Graphs("emulate", compile=True).regions is None
 
 
-@pytest.mark.parametrize("method,topk", [("ar", 1), ("eagle", 1), ("mtp", 1), ("mtp", 2)])
+@pytest.mark.parametrize("method,topk", [("ar", 1)] + [pytest.param(m, t, marks=pytest.mark.slow)  # 3 s each
+                                                         for m, t in (("eagle", 1), ("mtp", 1), ("mtp", 2))])
 def test_regional_compiled_greedy_decoding_equals_eager(tiny_bundle, code_prompts, traces, method, topk):
     """Layers and heads compiled (target and drafter), the rest eager in the emulated graphs, KV buckets crossed:
     eager's tokens. Each capture of the target adds at most one layer and one head trace (the tiny target has 4

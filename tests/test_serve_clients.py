@@ -8,7 +8,6 @@ import threading
 import time
 from pathlib import Path
 
-import openai
 import pytest
 import requests
 from serve_tools import running_server, stream_events
@@ -36,6 +35,7 @@ def plain(tiny_bundle):
 
 @pytest.fixture(scope="module")
 def oai(spec):
+    import openai  # here: at collection, every worker would pay for its import
     return openai.OpenAI(base_url=spec[0] + "/v1", api_key="unused", max_retries=0, timeout=120)
 
 
@@ -255,6 +255,7 @@ def test_openai_chat_stream_with_usage(oai):
 def test_chat_without_max_tokens_decodes_to_the_context(tiny_bundle):
     """SGLang gives chat no default budget: it stops at EOS or where the context ends (not at 16)."""
     with running_server(tiny_bundle, "mtp", k=K, max_batch=1, max_len=96) as (url, _):
+        import openai  # here: at collection, every worker would pay for its import
         client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120)
         out = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}],
                                              temperature=0, extra_body={"ignore_eos": True})
@@ -281,6 +282,7 @@ def test_unknown_fields_are_ignored_and_named_once(oai, caplog):
     (dict(prompt="hi", extra_body={"regex": "[ab]+"}), "regex"),
 ])
 def test_features_that_would_change_the_answer_are_refused_naming_sglangs(oai, call, field):
+    import openai  # here: at collection, every worker would pay for its import
     with pytest.raises(openai.BadRequestError) as err:
         oai.completions.create(model="tiny", max_tokens=2, **call)
     assert field in str(err.value) and "SGLang" in str(err.value)
