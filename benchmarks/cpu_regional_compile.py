@@ -105,5 +105,30 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+# --- docs/results.md: this script's section (benchmarks/report.py stitches the sections) ----------------------
+
+def render() -> str:
+    from page import load, provenance, table
+
+    data = load("cpu_regional_compile.json")
+    if not data or data["env"].get("backend") != "inductor":
+        return ""
+    rows = [[e["layers"], e["scope"], e["cold_s"], e["cold_graphs"], e["warm_s"], e["warm_graphs"],
+             e["cold_same_as_eager"] and e["warm_same_as_eager"]] for e in data["runs"]]
+    return f"""### What each compile scope costs to start, by number of layers (CPU)
+
+{provenance(["benchmarks/results/cpu_regional_compile.json"], "the 2-core development CPU", "`benchmarks/cpu_regional_compile.py`",
+            ["benchmarks/logs/cpu_regional_compile.log"], ["benchmarks/results/cpu_regional_compile.json"])}
+
+Random weights in the tiny zoo's layer shape with L layers, plain greedy decoding, one row, emulated graphs, inductor's
+C++ backend, code at {data["env"]["commit"]}; each (L, scope) in a process of its own with an empty inductor cache. Cold: the
+prefill and one captured step compiled from nothing; warm: the same after dynamo forgets its traces, inductor's kernels
+read from its cache (as a later start reads the persistent compile cache). The GPU's figures for both scopes are in
+"The default `specdec decode` path on random weights".
+
+{table(["layers", "--compile-scope", "cold s", "graphs traced", "warm s", "graphs traced (warm)", "tokens as eager"], rows)}
+"""
+
+
 if __name__ == "__main__":
     sys.exit(main())

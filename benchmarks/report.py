@@ -46,7 +46,8 @@ def intro() -> str:
 TOPICS = [
     ("The draft/verify loop against the formulas", [("gpu_bench", "render_oracle"), ("cpu_membound", "render")]),
     ("The Lab 2 decoder: step latency and the bandwidth floor", [("gpu_bench", "render_latency"), ("gpu_floor", "render"),
-                                                              ("gpu_fast_path", "render")]),
+                                                              ("gpu_fast_path", "render"),
+                                                              ("cpu_regional_compile", "render")]),
     ("Where a step's time goes", [("gpu_profile", "render")]),
     ("The zoo end to end", [("gpu_bench", "render_e2e"), ("cpu_bench", "render"), ("gpu_decode_compare", "render_first"),
                             ("gpu_decode_compare", "render_engine")]),
