@@ -201,7 +201,7 @@ def test_atexit_stops_a_server_the_program_forgot(run_dir):
 
 
 def test_reap_spares_a_live_launchers_server_then_reaps_it_once_the_launcher_dies(run_dir):
-    launcher = run_launcher(["--spawn-child"], linger=60)
+    launcher = run_launcher(["--spawn-child"], linger=600)  # killed below; long enough for a loaded machine
     assert launcher.stdout.readline().startswith("started")
     pids = wait_for_log_pids(run_dir)
     try:
@@ -216,7 +216,7 @@ def test_reap_spares_a_live_launchers_server_then_reaps_it_once_the_launcher_die
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_sigterm_or_sighup_to_a_python_that_launched_servers_stops_them_first(sig, run_dir):
     """A notebook kernel or script killed politely: its servers go with it, and it still dies of the signal."""
-    launcher = run_launcher(["--spawn-child"], linger=60)
+    launcher = run_launcher(["--spawn-child"], linger=600)  # signalled below: a loaded machine once took over 60 s to get there
     try:
         assert launcher.stdout.readline().startswith("started")
         pids = wait_for_log_pids(run_dir)
