@@ -94,36 +94,34 @@ def main() -> None:
             print(f"{method:6s} {c:12s} " + " ".join(cells) + f"  {same}", flush=True)
             if not same:
                 raise SystemExit("a speculative run differs from plain decoding")
-    if args.shapes:
-        compare(found, shapes)
-    if args.json:
-        out = {"date": str(datetime.date.today()), "prompts_per_category": args.prompts, "new_tokens": args.new_tokens,
+    figures = {"date": str(datetime.date.today()), "prompts_per_category": args.prompts, "new_tokens": args.new_tokens,
                "tau": {m: {c: {"/".join(map(str, s)): float(v.mean()) for s, v in by.items()} for c, by in cs.items()}
                        for m, cs in found.items()},
                "pooled": {m: {"/".join(map(str, s)): float(np.concatenate([cs[c][s] for c in cs]).mean())
                               for s in next(iter(cs.values()))} for m, cs in found.items()}}
+    if args.shapes:
+        print("\nbest tree against the chain of as many verified tokens (tau; pooled: token-weighted)")
+        print("\n".join(tree_vs_chain(figures)))
+    if args.json:
         with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
+            json.dump(figures, f, indent=1)
     print(f"({time.time() - t0:.0f} s)")
 
 
-def compare(found: dict, shapes: list[tuple[int, int, int]]) -> None:
-    """For each number of verified tokens with a chain among the shapes: the best tree minus the chain."""
-    print("\nbest tree - chain of as many verified tokens (tau), per category and pooled (token-weighted)")
-    for method, cs in found.items():
-        for d in sorted({s[2] for s in shapes}):
-            chain = (d - 1, 1, d)
-            trees = [s for s in shapes if s[2] == d and s[1] > 1]
-            if chain not in shapes or not trees or chain not in next(iter(cs.values())):
-                continue
-            parts = []
-            for c in list(cs) + ["pooled"]:
-                def tau(s):
-                    return float((np.concatenate([cs[x][s] for x in cs]) if c == "pooled" else cs[c][s]).mean())
-                best = max(trees, key=tau)
-                parts.append(f"{c} {'/'.join(map(str, best))} {tau(best):.2f} vs {tau(chain):.2f} "
-                             f"({tau(best) - tau(chain):+.2f})")
-            print(f"{method:6s} {d:2d} verified: " + "; ".join(parts))
+def tree_vs_chain(figures: dict) -> list[str]:
+    """For each method and number of verified tokens with a chain among the shapes: the best tree (pooled) against
+    that chain, pooled and by category. figures: what --json writes."""
+    lines = []
+    for m, by in figures["pooled"].items():
+        for n in sorted({int(s.split("/")[2]) for s in by}):
+            chain = f"{n - 1}/1/{n}"
+            trees = [s for s in by if s.endswith(f"/{n}") and s.split("/")[1] != "1"]
+            if chain in by and trees:
+                best = max(trees, key=by.get)
+                per = ", ".join(f"{c} {cs[best] - cs[chain]:+.2f}" for c, cs in figures["tau"][m].items())
+                lines.append(f"- {m}, {n} verified tokens: best tree {best} {by[best]:.2f} against the chain {chain} "
+                             f"{by[chain]:.2f} ({by[best] - by[chain]:+.2f} pooled; by category {per})")
+    return lines
 
 
 # --- docs/results.md: this script's section (benchmarks/report.py stitches the sections) ----------------------
@@ -137,16 +135,7 @@ def render() -> str:
     shapes = list(next(iter(data["pooled"].values())))
     rows = [[m, c] + [by.get(s) for s in shapes] for m, cs in data["tau"].items() for c, by in cs.items()]
     rows += [[m, "pooled"] + [by.get(s) for s in shapes] for m, by in data["pooled"].items()]
-    lines = []
-    for m, by in data["pooled"].items():
-        for n in sorted({int(s.split("/")[2]) for s in shapes}):
-            chain = f"{n - 1}/1/{n}"
-            trees = [s for s in shapes if s.endswith(f"/{n}") and s.split("/")[1] != "1"]
-            if chain in by and trees:
-                best = max(trees, key=by.get)
-                per = ", ".join(f"{c} {cs[best] - cs[chain]:+.2f}" for c, cs in data["tau"][m].items())
-                lines.append(f"- {m}, {n} verified tokens: best tree {best} {by[best]:.2f} against the chain {chain} "
-                             f"{by[chain]:.2f} ({by[best] - by[chain]:+.2f} pooled; by category {per})")
+    lines = tree_vs_chain(data)
     return f"""### Deep trees against the chain on the CPU
 
 {provenance(["benchmarks/results/cpu_tree_deep.json"], "the 2-core development CPU", "`benchmarks/cpu_tree_accept.py --shapes`",

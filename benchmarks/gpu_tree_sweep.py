@@ -367,5 +367,6 @@ keeps the deep chain where the drafter is sure and spends the tokens on siblings
 device call and `specdec serve` in the next, on the same machine: compare a tree with a chain within one server.
 """)
 
+
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -124,7 +124,7 @@ def train_lm(model: Transformer, batches, heldout: torch.Tensor, stage, device: 
 
 
 class DepthKV:
-    """The MTP layer's KV cache as unrolled training fills it (model.LayerCache's write and read): the keys
+    """The MTP layer's KV cache as unrolled training fills it (kv_cache.LayerCache's write and read): the keys
     and values of every depth side by side (depth d's entry for position p in slot (d - 1) * T + p), appended,
     never written in place, so autograd can follow them. `depth_mask` says which slots a query of each depth reads."""
 
