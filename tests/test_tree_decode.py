@@ -60,6 +60,9 @@ def test_the_greedy_walk_is_the_walk_written_out(seed):
                 target[b, node] = tokens[b, kids[rng.integers(len(kids))]]
     logits = torch.nn.functional.one_hot(target, V) * 3.0 + torch.tensor(rng.normal(size=(B, n, V)))
     accepted, last, next_token = torch_rules.tree_greedy_accept(tokens, parents, depths, depth, logits)
+    # the verify's form, the walk read off the ancestor rows at once: the same walk
+    with_anc = torch_rules.tree_greedy_accept(tokens, parents, depths, depth, logits, ancestors(parents))
+    assert all(torch.equal(a, b) for a, b in zip((accepted, last, next_token), with_anc))
     best = logits.argmax(-1)
     for b in range(B):
         node = 0
@@ -182,8 +185,9 @@ def test_grow_hands_each_fed_node_exactly_its_ancestors():
     fed_parents = torch.cat(parents, 1)  # [B, M]
     want = ancestors(fed_parents)
     assert len(told) == steps - 1
-    for d, seen in enumerate(told, 1):
-        assert torch.equal(seen, want[:, (d - 1) * K: d * K, : d * K]), d
+    for d, seen in enumerate(told, 1):  # [B, K, F]: every fed node's column, the depths not yet fed seen by none
+        assert seen.shape == (B, K, (steps - 1) * K) and not seen[:, :, d * K:].any(), d
+        assert torch.equal(seen[:, :, : d * K], want[:, (d - 1) * K: d * K, : d * K]), d
     assert (fed_parents[:, K:] % K != torch.arange(K).repeat(steps - 2)).any()  # beams did mix: not K lone chains
 
 

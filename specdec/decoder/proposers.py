@@ -27,7 +27,7 @@ import torch
 from specdec.decoder.cuda_graphs import Graphs
 from specdec.decoder.kv_cache import KVCache
 from specdec.decoder.step import Rows
-from specdec.decoder.tree import TreeDrafts, TreeShape, grow, visible_slots
+from specdec.decoder.tree import TreeDrafts, TreeShape, TreeSlots, grow
 from specdec.decoder.verify import sample
 
 
@@ -197,15 +197,21 @@ class FeatureDraftProposer(Proposer):
 
     def propose_tree(self, rows, shape):
         cache, g, logits = self.extend(rows)
-        L = rows.lengths
+        L, K = rows.lengths, shape.topk
+        F = (shape.num_steps - 1) * K  # the fed nodes, at slots L + 0..F-1
 
-        def forward(depth, states, tokens, seen):  # the fed nodes sit at slots L.., the last K fed now
-            M, K = seen.shape[2], tokens.shape[1]
-            slots = L.unsqueeze(1) + torch.arange(M - K, M, device=L.device)  # [B, K]
-            view = cache.tree(slots, visible_slots(L, seen, rows.span or cache.max_len))
-            return self._step(view, states, tokens, (L + depth - 1).unsqueeze(1).expand(-1, K))
+        def tree(logits_, g_):  # inside the capture: what reads L is replayed with it
+            place = TreeSlots.make(L, F, rows.span or cache.max_len)
+            slots = L.unsqueeze(1) + torch.arange(F, device=L.device)  # [B, F]
+            pos = L.unsqueeze(1) + torch.arange(shape.num_steps, device=L.device)  # [B, D]: depth d's at L + d - 1
 
-        return self.grown(shape, rows.span, lambda logits_, g_: grow(logits_, g_, shape, forward), logits, g)
+            def forward(depth, states, tokens, seen):
+                view = cache.tree(slots[:, (depth - 1) * K: depth * K], place.visible(seen))
+                return self._step(view, states, tokens, pos[:, depth - 1: depth].expand(-1, K))
+
+            return grow(logits_, g_, shape, forward)
+
+        return self.grown(shape, rows.span, tree, logits, g)
 
     def keep(self, rows, hidden, count):
         """Append the step's kept states [B, W, H] (W = its k + 1) after the fresh ones not yet read."""

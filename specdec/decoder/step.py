@@ -17,7 +17,7 @@ from typing import NamedTuple
 import torch
 
 from specdec.decoder.kv_cache import KVCache
-from specdec.decoder.tree import TreeDrafts, ancestors, path_nodes, tree_mask
+from specdec.decoder.tree import TreeDrafts, ancestors, path_nodes, visible_slots
 from specdec.decoder.verify import accept, greedy_accept, sample, token_probs, tree_accept, tree_greedy_accept
 
 
@@ -171,12 +171,13 @@ def tree_verify(target, cache: KVCache, rows: Rows, tree: TreeDrafts, topk: int,
     B, N = tokens.shape
     slots = L.unsqueeze(1) + torch.arange(N, device=L.device)  # [B, N]
     span = cache.span if cache.span is not None else int(slots.max()) + 1
-    logits, hidden = target(tokens, L.unsqueeze(1) + depths, cache.tree(slots, tree_mask(L, parents, span)))
+    anc = ancestors(parents)  # [B, N, N]: the tree mask's, the walk's and the path's
+    logits, hidden = target(tokens, L.unsqueeze(1) + depths, cache.tree(slots, visible_slots(L, anc, span)))
     if rows.sampling:
         accepted, last, next_token = tree_accept(tokens, parents, depths, D, topk, rows.probs(logits), u)
     else:
-        accepted, last, next_token = tree_greedy_accept(tokens, parents, depths, D, logits)
-    path = path_nodes(ancestors(parents), depths, last, D)  # [B, D+1]: the root, then the accepted nodes
+        accepted, last, next_token = tree_greedy_accept(tokens, parents, depths, D, logits, anc)
+    path = path_nodes(anc, depths, last, D)  # [B, D+1]: the root, then the accepted nodes
     cache.move(slots.gather(1, path), L.unsqueeze(1) + torch.arange(D + 1, device=L.device))
     emitted = torch.cat([tokens.gather(1, path[:, 1:]), next_token.unsqueeze(1)], 1).scatter(
         1, accepted.unsqueeze(1), next_token.unsqueeze(1))

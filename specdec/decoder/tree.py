@@ -103,46 +103,72 @@ def tree_mask(lengths: torch.Tensor, parents: torch.Tensor, span: int) -> torch.
 def visible_slots(lengths: torch.Tensor, seen: torch.Tensor, span: int) -> torch.Tensor:
     """tree_mask from the ancestor rows: seen [B, T, N] (which of the N tree nodes, written at slots
     lengths + 0..N-1, each of T tokens sees) -> [B, T, span] bool, the committed prefix included."""
-    N = seen.shape[2]
-    rel = torch.arange(span, device=seen.device) - lengths.view(-1, 1, 1)  # [B, 1, S]: slot - lengths
-    in_tree = (rel >= 0) & (rel < N)
-    return (rel < 0) | (in_tree & seen.gather(2, rel.clamp(0, N - 1).expand(-1, seen.shape[1], -1)))
+    return TreeSlots.make(lengths, seen.shape[2], span).visible(seen)
 
 
-# forward(depth, states [B, K, H], tokens [B, K], seen [B, K, M]) -> (states [B, K, H], logits [B, K, V]):
-# the drafter reads the last K fed nodes (depth `depth`, written at slots lengths + M - K ..; seen: which of
-# the M fed nodes each of them sees, its ancestors and itself) and returns what it predicts after each
+@dataclass
+class TreeSlots:
+    """Where N tree nodes sit in a cache view of S slots: node i at slot lengths + i. Made once per step, so that
+    a draft's mask at each depth is three kernels (`visible`): under a graph a kernel costs microseconds, whatever
+    its size, and the step's kernels are its cost at the zoo's size."""
+
+    prefix: torch.Tensor  # [B, 1, S] the committed slots (< lengths), which every node sees
+    inside: torch.Tensor  # [B, 1, S] the tree's slots
+    node: torch.Tensor  # [B, 1, S] the node at each slot (clamped into 0..N-1 outside the tree)
+
+    @classmethod
+    def make(cls, lengths: torch.Tensor, n: int, span: int) -> "TreeSlots":
+        rel = torch.arange(span, device=lengths.device) - lengths.view(-1, 1, 1)  # [B, 1, S]: slot - lengths
+        return cls(rel < 0, (rel >= 0) & (rel < n), rel.clamp(0, max(n, 1) - 1))
+
+    def visible(self, seen: torch.Tensor) -> torch.Tensor:
+        """seen [B, T, N] (which nodes each of T tokens sees) -> [B, T, S] bool: the prefix, and those nodes' slots."""
+        return self.prefix | (self.inside & seen.gather(2, self.node.expand(-1, seen.shape[1], -1)))
+
+
+# forward(depth, states [B, K, H], tokens [B, K], seen [B, K, F]) -> (states [B, K, H], logits [B, K, V]): the
+# drafter reads the K fed nodes of depth `depth` (F = (num_steps - 1) x K fed in all, depth by depth, fed node f
+# written at slot lengths + f; seen: which of the F each of them sees, its ancestors and itself, none of the
+# depths not yet fed) and returns what it predicts after each
 Forward = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
 def grow(logits: torch.Tensor, state: torch.Tensor, shape: TreeShape, forward: Forward) -> TreeDrafts:
     """EAGLE-2's draft tree: logits [B, V] and the drafter's state [B, 1, H] after the root, expanded
-    (module docstring). Returns the best shape.nodes nodes, every parent before its children."""
-    B, K = logits.shape[0], shape.topk
-    score, tok = logits.float().log_softmax(-1).topk(K, -1)  # [B, K] depth 1, the first beam
-    pool_tok, pool_score, pool_parent, pool_depth = [tok], [score], [torch.full_like(tok, -1)], [1]
-    beam, states = torch.arange(K, device=tok.device).expand(B, K), state.expand(B, K, -1)
-    eye = torch.eye(K, dtype=torch.bool, device=tok.device).expand(B, K, K)
-    seen = eye  # [B, K, M]: which fed nodes the K fed now see (M = depth * K; depth 1's see themselves)
-    for depth in range(1, shape.num_steps):
+    (module docstring). Returns the best shape.nodes nodes, every parent before its children.
+    The pool of scored nodes: depth 1's K, then K x K per depth (the K children of each of the K fed beam nodes).
+    Per depth only what the next depth needs is computed (a draft step's kernels are its cost): the pool's
+    parents and depths are built once, at the end."""
+    B, K, D, dev = logits.shape[0], shape.topk, shape.num_steps, logits.device
+    F = (D - 1) * K  # fed nodes: the beams of depths 1..D-1
+    score, tok = logits.log_softmax(-1, dtype=torch.float32).topk(K, -1)  # [B, K] depth 1, the first beam
+    pool_tok, pool_score, beams = [tok], [score], []
+    states = state.expand(B, K, -1)
+    own = torch.eye(F, dtype=torch.bool, device=dev).view(max(D - 1, 1), K, F) if F else None  # [D-1, K, F]
+    seen = own[0].expand(B, K, F) if F else None  # [B, K, F]: depth 1's fed nodes see themselves
+    for depth in range(1, D):
         out, logits = forward(depth, states, tok, seen)
-        s, t = logits.float().log_softmax(-1).topk(K, -1)  # [B, K, K]: each beam node's K best children
+        s, t = logits.log_softmax(-1, dtype=torch.float32).topk(K, -1)  # [B, K, K]: each beam node's K best children
         cum = (score.unsqueeze(-1) + s).flatten(1)  # [B, K*K]
-        offset = sum(p.shape[1] for p in pool_tok)
         pool_tok.append(t.flatten(1))
         pool_score.append(cum)
-        pool_parent.append(beam.repeat_interleave(K, 1))
-        pool_depth.append(depth + 1)
-        score, best = cum.topk(K, -1)  # the next beam
-        which = best // K  # its parents, among this depth's fed nodes
-        beam, tok = offset + best, t.flatten(1).gather(1, best)
-        states = out.gather(1, which.unsqueeze(-1).expand(-1, -1, out.shape[-1]))
-        # the next K see what their parent saw, and themselves (one gather a depth, not a walk up the tree)
-        seen = torch.cat([seen.gather(1, which.unsqueeze(-1).expand(-1, -1, seen.shape[2])), eye], 2)
+        if depth + 1 < D:  # the next beam, fed at the next depth (the deepest depth's is never fed)
+            score, best = cum.topk(K, -1)
+            beams.append(best)
+            which = best // K  # its parents, among this depth's fed nodes
+            tok = t.flatten(1).gather(1, best)
+            states = out.gather(1, which.unsqueeze(-1).expand(-1, -1, out.shape[-1]))
+            # the next K see what their parent saw, and themselves (one gather a depth, not a walk up the tree)
+            seen = seen.gather(1, which.unsqueeze(-1).expand(-1, -1, F)) | own[depth]
+    # the pool's parents: fed node f (depth g + 1, g = f // K) is pool node f at depth 1, else K + (g - 1) K^2 +
+    # its beam index in its depth's K^2; every fed node's K children follow, depth by depth
+    g = torch.arange(F, device=dev) // K
+    fed = torch.cat([torch.arange(K, device=dev).expand(B, K), *beams], 1)[:, :F] + torch.where(g > 0, K + (g - 1) * K * K, 0)
+    parent = torch.cat([torch.full_like(tok[:, :1], -1).expand(B, K), fed.repeat_interleave(K, 1)], 1)  # [B, P]
+    depths = torch.cat([torch.ones(K, dtype=torch.long, device=dev), (g + 2).repeat_interleave(K)]).expand(B, -1)
     # the rerank: a child scores at most its parent, and comes after it in the pool, so a stable sort keeps
     # every chosen node's parent chosen
-    scores, parent = torch.cat(pool_score, 1), torch.cat(pool_parent, 1)
-    depths = torch.cat([torch.full_like(t, d) for t, d in zip(pool_tok, pool_depth)], 1)
+    scores = torch.cat(pool_score, 1)
     keep = scores.sort(dim=1, descending=True, stable=True).indices[:, : shape.nodes].sort(1).values  # [B, n]
     index = torch.full_like(scores, -1, dtype=torch.long).scatter(
         1, keep, torch.arange(shape.nodes, device=keep.device).expand_as(keep))  # pool -> tree index

@@ -105,17 +105,21 @@ def candidates_accept(r: torch.Tensor, q: torch.Tensor | None, candidates: torch
 
 
 def tree_greedy_accept(tokens: torch.Tensor, parents: torch.Tensor, depths: torch.Tensor, depth: int,
-                       target_logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                       target_logits: torch.Tensor, anc: torch.Tensor | None = None
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Greedy verification of a tree: from the root, step to the child equal to the target's argmax at its parent,
     while there is one (siblings differ, so at most one is). tokens, parents, depths [B, N] with the root as node 0
-    (parent -1, depth 0); target_logits [B, N, V]. Returns accepted [B] (the last accepted node's depth), last [B]
-    (that node) and next_token [B] (the target's argmax there)."""
+    (parent -1, depth 0); target_logits [B, N, V]; anc [B, N, N] (tree.ancestors), when the caller has it. Returns
+    accepted [B] (the last accepted node's depth), last [B] (that node) and next_token [B] (the target's argmax there)."""
     best = target_logits.argmax(-1)  # [B, N]
     up = parents.clamp(min=0)
     agrees = (tokens == best.gather(1, up)) | (parents < 0)  # the root is always "accepted"
-    on = agrees
-    for _ in range(depth):  # a node is on the walk when it and every ancestor agree: one level per pass
-        on = agrees & on.gather(1, up)
+    if anc is not None:  # a node is on the walk when it and every ancestor agree: read off the ancestor rows at once
+        on = (agrees.unsqueeze(1) | ~anc).all(-1)
+    else:
+        on = agrees
+        for _ in range(depth):  # the same, one level per pass
+            on = agrees & on.gather(1, up)
     last = torch.where(on, depths, -1).argmax(1)
     return depths.gather(1, last.unsqueeze(1))[:, 0], last, best.gather(1, last.unsqueeze(1))[:, 0]
 
