@@ -53,6 +53,7 @@ KINDS = ("sglang", "ours")
 SMOKE_SHAPES = [(2, 1, 3), (2, 2, 4)]
 T0 = time.time()
 LOG: Path | None = None
+OURS_ARGS: tuple[str, ...] = ()  # --ours-args: more `specdec serve` flags (e.g. --compile on --compile-scope step)
 
 
 def say(*a) -> None:
@@ -88,7 +89,7 @@ def config(kind: str, shape: tuple[int, int, int], max_running: int) -> tuple[La
     s, k, n = shape
     common = dict(draft=str(ZOO / "eagle"), num_steps=s, topk=k, num_draft_tokens=n, max_running_requests=max_running)
     if kind == "ours":
-        return LaunchConfig(str(ZOO / "target"), "EAGLE", backend="specdec", **common), {}
+        return LaunchConfig(str(ZOO / "target"), "EAGLE", backend="specdec", extra_args=OURS_ARGS, **common), {}
     # servers of one call start together: a fraction of the memory each finds free, the KV pool capped in tokens
     cfg = LaunchConfig(str(ZOO / "target"), "EAGLE", backend="sglang", attention_backend="triton",
                        cuda_graph_max_bs=max_running, mem_fraction_static=0.6, disable_radix_cache=True,
@@ -235,7 +236,7 @@ def merge(paths: list[str]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    global LOG
+    global LOG, OURS_ARGS
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="folder for summary.json, the sweeps, the servers' logs and this log")
     ap.add_argument("--which", choices=["sglang", "ours", "both"], default="both")
@@ -247,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min-run-s", type=float, default=5.0, help="each timed run lasts at least this long")
     ap.add_argument("--max-running", type=int, default=16, help="rows of each server's running batch")
     ap.add_argument("--warmup", type=int, default=4)
+    ap.add_argument("--ours-args", default="", help="more flags for every `specdec serve`, e.g. '--compile on "
+                    "--compile-scope step' (its first start compiles: minutes)")
     ap.add_argument("--deadline-s", type=float, default=560.0, help="skip what would end past this (a call's limit)")
     ap.add_argument("--cpu-smoke", action="store_true", help="`specdec serve` on the CPU, two tiny shapes, a few "
                     "short requests: that the script runs")
@@ -265,8 +268,9 @@ def main(argv: list[str] | None = None) -> int:
         args.which, args.shapes = "ours", args.shapes or SMOKE_SHAPES
         args.concurrency, args.categories, args.max_new_tokens = [1, 2], ["code"], 8
         args.min_run_s, args.max_running, args.warmup = 0.0, 2, 1
+    OURS_ARGS = tuple(args.ours_args.split())
     shapes = args.shapes or SHAPES
-    summary = {"env": env(), "settings": {"shapes": [list(s) for s in shapes], "concurrency": args.concurrency,
+    summary = {"env": env(), "settings": {"ours_args": list(OURS_ARGS), "shapes": [list(s) for s in shapes], "concurrency": args.concurrency,
                                           "categories": args.categories, "max_new_tokens": args.max_new_tokens,
                                           "min_run_s": args.min_run_s, "max_running": args.max_running,
                                           "cpu_smoke": args.cpu_smoke}}

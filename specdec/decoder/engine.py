@@ -157,8 +157,10 @@ class Engine:
         self.eos_ids = bundle.eos_token_ids
         self.rows = Rows.empty(self.cache, self.max_len + k + 2, len(self.eos_ids))
         if self.proposer is not None:
-            # a whole-step compile is the target's; compiled layers are every module's, one Regions for both
-            scope = "layers" if self.graphs.scope == "layers" else False
+            # compiled layers are every module's, one Regions for both; a whole-step compile is the target's, and the
+            # drafter's too when it grows a tree (its expansion's many small kernels fuse: a tree's step measured
+            # faster so, a chain's draft steps slower; benchmarks/logs/gpu_tree_profile.log)
+            scope = self.graphs.scope if self.graphs.scope == "layers" or self.tree is not None else False
             self.proposer.setup(max_batch, self.max_len, k, Graphs(self.graph_mode, pool, scope, self.graphs.regions))
         self.capacity = max_batch
         self.live: dict[int, Row] = {}  # the running rows, by slot

@@ -1,0 +1,130 @@
+"""Issue 22: where a draft tree's step spends its time on the GPU, against the chain's (the zoo's EAGLE head, batch 1).
+
+Per shape (num_steps, topk, num_draft_tokens; topk 1 is the chain), the Lab 2 engine on the zoo (bf16, fused):
+  graphs    the path `specdec serve` runs (CUDA graphs): ms per step, and its split into the draft's captured step
+            and the verify's (generate(profile=True): a sync between them)
+  kernels   torch.profiler over the same decode, eager (a profiler over replayed graphs crashed in gpu_floor.py): GPU
+            time and kernels per step, by kernel name; the same kernels run inside the graphs
+Results: one JSON (--out) and its log beside it.
+
+usage (GPU): PYTHONPATH=. python3 benchmarks/gpu_tree_profile.py --out $OUT/tree_profile.json [--shapes 15,1,16:15,4,16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from specdec.decoder.engine import Engine  # noqa: E402
+from specdec.zoo import load_bundle  # noqa: E402
+from specdec.zoo.evaluate import trained_tokenizer  # noqa: E402
+
+PROMPTS = ("def fibonacci(n):\n    if n < 2:\n", "The quick brown fox jumps over", "Once upon a time, in a small")
+LOG: Path | None = None
+
+
+def say(*a) -> None:
+    line = " ".join(map(str, a))
+    print(line, flush=True)
+    if LOG is not None:
+        with LOG.open("a") as f:
+            f.write(line + "\n")
+
+
+def n_steps(result) -> int:
+    return result.steps if isinstance(result.steps, int) else len(result.steps)
+
+
+def graphs(bundle, prompts, shape, new: int, compile: str | bool = False) -> dict:
+    s, k, n = shape
+    e = Engine(bundle, "eagle", k=s, topk=k, num_draft_tokens=n, max_batch=1, max_len=1024, cuda_graphs="on",
+               compile=compile)
+    t = time.perf_counter()
+    for p in prompts:  # captures (and compiles), for every span the runs meet
+        e.generate([p], max_new_tokens=new)
+    first_s = time.perf_counter() - t
+    steps, wall, split = 0, 0.0, dict(draft=0.0, verify=0.0, host=0.0)
+    for p in prompts:
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        r = e.generate([p], max_new_tokens=new)
+        torch.cuda.synchronize()
+        wall += time.perf_counter() - t
+        steps += n_steps(r)
+    for p in prompts:  # again, with a sync between the draft and the verify
+        r = e.generate([p], max_new_tokens=new, profile=True)
+        for key in split:
+            split[key] += r.times.get(key, 0.0)
+    return dict(ms_per_step=1e3 * wall / steps, steps=steps, tokens=new * len(prompts), first_s=first_s,
+                split_ms_per_step={key: 1e3 * v / steps for key, v in split.items()})  # the same prompts, greedy: the same steps
+
+
+def kernels(bundle, prompts, shape, new: int) -> dict:
+    s, k, n = shape
+    e = Engine(bundle, "eagle", k=s, topk=k, num_draft_tokens=n, max_batch=1, max_len=1024, cuda_graphs="off")
+    e.generate(prompts[:1], max_new_tokens=8)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        steps = sum(n_steps(e.generate([p], max_new_tokens=new)) for p in prompts)
+        torch.cuda.synchronize()
+    rows = []
+    for ev in prof.key_averages():
+        t = getattr(ev, "device_time_total", None)
+        if t is None:
+            t = getattr(ev, "cuda_time_total", 0.0)
+        if t and ev.count:
+            rows.append((ev.key, ev.count, t))
+    rows.sort(key=lambda r: -r[2])
+    total = sum(r[2] for r in rows)
+    count = sum(r[1] for r in rows)
+    return dict(gpu_us_per_step=total / steps, kernels_per_step=count / steps, steps=steps,
+                top=[dict(kernel=key[:90], per_step=c / steps, us_per_step=t / steps) for key, c, t in rows[:14]])
+
+
+def main() -> None:
+    global LOG
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--shapes", default="7,1,8:7,4,8:15,1,16:15,4,16")
+    ap.add_argument("--max-new-tokens", type=int, default=96)
+    ap.add_argument("--compile", default="off", help="off, or a list of scopes (step,layers): each shape's graphed "
+                    "decode also compiled (the target's steps and, since this commit, the drafter's)")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    LOG = out.with_suffix(".log")
+    shapes = [tuple(int(x) for x in part.split(",")) for part in args.shapes.split(":")]
+    bundle = load_bundle("tiny", device="cuda", dtype=torch.bfloat16, fuse=True)
+    tok = trained_tokenizer(bundle.paths["target"])
+    prompts = [tok.encode(p).ids for p in PROMPTS]
+    say(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}; zoo bf16 fused, batch 1, "
+        f"{len(prompts)} prompts x {args.max_new_tokens} new tokens")
+    result = {}
+    for shape in shapes:
+        g = graphs(bundle, prompts, shape, args.max_new_tokens)
+        kern = kernels(bundle, prompts, shape, args.max_new_tokens)
+        result[",".join(map(str, shape))] = dict(graphs=g, kernels=kern)
+        split = ", ".join(f"{key} {v:.2f}" for key, v in g["split_ms_per_step"].items())
+        say(f"{shape}: graphs {g['ms_per_step']:.2f} ms/step ({g['steps']} steps; with syncs: {split} ms); eager GPU "
+            f"{kern['gpu_us_per_step'] / 1e3:.2f} ms/step in {kern['kernels_per_step']:.0f} kernels")
+        for row in kern["top"]:
+            say(f"    {row['us_per_step']:8.1f} us  {row['per_step']:6.1f}x  {row['kernel']}")
+        out.write_text(json.dumps(result, indent=1))
+    for scope in [] if args.compile == "off" else args.compile.split(","):
+        for shape in shapes:
+            g = graphs(bundle, prompts, shape, args.max_new_tokens, scope)
+            result[",".join(map(str, shape))][f"graphs_compile_{scope}"] = g
+            split = ", ".join(f"{key} {v:.2f}" for key, v in g["split_ms_per_step"].items())
+            say(f"{shape}: graphs + compile {scope} {g['ms_per_step']:.2f} ms/step ({g['steps']} steps; with syncs: "
+                f"{split} ms); first runs (capture and compile) {g['first_s']:.0f} s")
+            out.write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
