@@ -150,6 +150,11 @@ def test_a_tree_renders_sglangs_three_numbers_for_specdec_serve():
     assert (f["--k"], f["--topk"], f["--num-draft-tokens"]) == ("4", "4", "8")
 
 
+def test_extra_args_reach_specdec_serve_last():
+    cmd = LaunchConfig("tiny", "EAGLE", draft="d", backend="specdec", extra_args=("--compile", "on")).command("python")
+    assert cmd[-2:] == ["--compile", "on"]
+
+
 def test_specdec_serve_refusals():
     with pytest.raises(LaunchConfigError, match="no EAGLE3"):
         LaunchConfig("/m", "EAGLE3", draft="d").specdec_command()

@@ -99,7 +99,7 @@ class LaunchConfig:
     load_format: str | None = None  # "dummy": random weights from config.json alone (target and draft)
     ngram_max_depth: int | None = None  # NGRAM: longest suffix matched (trie depth; match window before 0.5.10)
     rejection_sampling: bool = False  # classic p/q verify at temperature > 0 (0.5.14+, topk 1)
-    extra_args: tuple[str, ...] = ()  # passed through unchecked, last
+    extra_args: tuple[str, ...] = ()  # passed through unchecked, last, to whichever server the backend starts
 
     def __post_init__(self):
         algo = ALIASES.get(str(self.algorithm).lower(), str(self.algorithm).upper())
@@ -299,7 +299,7 @@ class LaunchConfig:
             cmd += ["--context-length", str(self.context_length)]
         if self.api_key:
             cmd += ["--api-key", self.api_key]
-        return cmd
+        return cmd + list(self.extra_args)  # e.g. --compile on: `specdec serve`'s own flags, unchecked, last
 
     # ----- SGLang's KV pool when the user sized nothing
     def kv_pool_default(self) -> KvPool | None:

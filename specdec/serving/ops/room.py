@@ -147,7 +147,9 @@ def sglang_seats(bases: list[LaunchConfig], names: list[str], ports: list[int], 
 
 def specdec_seats(bases: list[LaunchConfig], names: list[str], ports: list[int], keys: list[str],
                   public_host: str | None = None, students: list[str] | None = None) -> list[Seat]:
-    return [Seat(name, base.replace(backend="specdec", port=port, api_key=key), public_host=public_host, student=student)
+    # a seat's extra_args are SGLang's flags (sglang_seats): `specdec serve` would refuse them
+    return [Seat(name, base.replace(backend="specdec", port=port, api_key=key, extra_args=()), public_host=public_host,
+                 student=student)
             for base, name, port, key, student in zip(bases, names, ports, keys, students or names)]
 
 
