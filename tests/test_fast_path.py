@@ -89,6 +89,24 @@ def test_the_cache_key_names_shape_dtype_gpu_and_torch():
     assert layers != key and layers.startswith("NVIDIA_H200-torch2.13.0+cu128-bfloat16-L32-H4096-layers-")
 
 
+def test_a_trees_compile_cache_is_its_own():
+    """--compile auto reads a folder's presence: a chain's warm folder must not start a tree's minutes of compiling
+    unasked (under "step" a tree's drafter compiles too), and a chain's key is the one it always had."""
+    from types import SimpleNamespace
+
+    from specdec.cli.fast import drafter_key
+    from specdec.decoder.compile_cache import cache_key
+
+    args = lambda **kw: SimpleNamespace(**dict(dict(k=7, topk=1, num_draft_tokens=None, compile_scope="step",  # noqa: E731
+                                                    method="eagle"), **kw))
+    assert drafter_key(args()) == "" and drafter_key(args(topk=4, compile_scope="layers")) == ""
+    tree = drafter_key(args(topk=4, num_draft_tokens=16))
+    assert tree == "eagle-tree7x4x16" != drafter_key(args(topk=4, num_draft_tokens=8))
+    chain = cache_key(SHAPE, "bfloat16", "NVIDIA H200", "2.13.0+cu128")
+    assert cache_key(SHAPE, "bfloat16", "NVIDIA H200", "2.13.0+cu128", "step", "") == chain
+    assert tree in cache_key(SHAPE, "bfloat16", "NVIDIA H200", "2.13.0+cu128", "step", tree) != chain
+
+
 def test_the_cache_lives_where_the_environment_says(tmp_path, monkeypatch):
     import os
 

@@ -99,6 +99,16 @@ def compile_choice(mode: str, device_type: str, cuda_graphs: str, cached: bool) 
     return mode == "on" or (mode == "auto" and graphs and cached)
 
 
+def drafter_key(args: argparse.Namespace) -> str:
+    """What a whole-step compile compiles beside the target's steps: a tree's drafter (Engine compiles its
+    captures under "step"), named by method and shape; "" for a chain or the layers scope."""
+    tree = tree_shape(args)
+    if tree.topk <= 1 or args.compile_scope != "step":
+        return ""
+    method = getattr(args, "method", None) or getattr(args, "speculative_algorithm", "")
+    return f"{method}-tree{tree.num_steps}x{tree.topk}x{tree.num_draft_tokens}"
+
+
 def setup_compile(args: argparse.Namespace, bundle, device: str) -> str | bool:
     """Decide --compile for this run: its --compile-scope ("step" or "layers", what Engine(compile=) takes), or False.
     When compiling with a cache, point torch's caches at this model's (and scope's) folder."""
@@ -108,7 +118,7 @@ def setup_compile(args: argparse.Namespace, bundle, device: str) -> str | bool:
         shape = {f: getattr(b.config, f) for f in compile_cache.SHAPE_FIELDS}
         gpu = torch.cuda.get_device_name(torch.device(device))
         folder = root / compile_cache.cache_key(shape, str(next(b.parameters()).dtype).removeprefix("torch."), gpu,
-                                                torch.__version__, args.compile_scope)
+                                                torch.__version__, args.compile_scope, drafter_key(args))
     warm = folder is not None and folder.is_dir() and any(folder.iterdir())
     on = compile_choice(args.compile, torch.device(device).type, args.cuda_graphs, warm)
     if on and folder is not None:

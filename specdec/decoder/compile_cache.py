@@ -28,17 +28,19 @@ def cache_root() -> Path:
     return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "specdec" / "compile")
 
 
-def cache_key(shape: dict, dtype: str, gpu: str, torch_version: str, scope: str = "step") -> str:
+def cache_key(shape: dict, dtype: str, gpu: str, torch_version: str, scope: str = "step", drafter: str = "") -> str:
     """A folder name for one (model shape, dtype, GPU, torch version, compile scope): readable first, then a
     digest of all of it. `shape` holds at least SHAPE_FIELDS (other keys are ignored: a name or a path does not
     change a kernel). The scope (cuda_graphs.SCOPES) compiles other graphs, so a folder warm for one is cold for
-    the other (--compile auto reads a folder's presence); "step" keeps the key it had before scopes existed."""
+    the other (--compile auto reads a folder's presence); "step" keeps the key it had before scopes existed.
+    `drafter`: what else a whole-step compile compiles (a tree's drafter, e.g. "eagle-tree7x4x16": minutes more
+    than the target's steps), so that a folder warm for the chain is not taken as warm for a tree."""
     kept = {f: shape.get(f) for f in SHAPE_FIELDS}
-    parts = [kept, dtype, gpu, torch_version] + ([] if scope == "step" else [scope])
+    parts = [kept, dtype, gpu, torch_version] + ([] if scope == "step" else [scope]) + ([drafter] if drafter else [])
     text = json.dumps(parts, sort_keys=True)
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     readable = f"{gpu}-torch{torch_version}-{dtype}-L{kept['num_hidden_layers']}-H{kept['hidden_size']}"
-    readable += "" if scope == "step" else f"-{scope}"
+    readable += ("" if scope == "step" else f"-{scope}") + (f"-{drafter}" if drafter else "")
     return re.sub(r"[^A-Za-z0-9.+-]+", "_", readable) + "-" + digest
 
 
