@@ -126,5 +126,42 @@ def main() -> None:
             out.write_text(json.dumps(result, indent=1))
 
 
+def render() -> str:
+    """docs/results.md's section: each shape's step, graphed, eager by kernel, and compiled."""
+    from page import load, provenance, table
+
+    data = load("gpu_tree_profile.json")
+    if not data:
+        return ""
+    ms = lambda r, k: None if not r else r[k]  # noqa: E731
+    rows = []
+    for shape, r in data.items():
+        g, kern = r["graphs"], r["kernels"]
+        step, layers = r.get("graphs_compile_step"), r.get("graphs_compile_layers")
+        rows.append([shape, g["ms_per_step"], g["split_ms_per_step"]["draft"], g["split_ms_per_step"]["verify"],
+                     kern["gpu_us_per_step"] / 1e3, kern["kernels_per_step"], ms(step, "ms_per_step"),
+                     ms(step, "first_s"), ms(layers, "ms_per_step"), ms(layers, "first_s")])
+    topk = {shape: sum(t["us_per_step"] for t in r["kernels"]["top"] if "TopK" in t["kernel"] or "bitonicSort" in t["kernel"])
+            for shape, r in data.items()}
+    widest = max(topk, key=topk.get)
+    res = "benchmarks/results/gpu_tree_profile.json"
+    return f"""### Where a tree's step goes (batch 1)
+
+{provenance([res], "one NVIDIA H200", "`benchmarks/gpu_tree_profile.py`", ["benchmarks/logs/gpu_tree_profile.log"], [res])}
+
+The Lab 2 engine on the zoo (bf16, fused), one row, three prompts of 96 new tokens. ms per step under CUDA graphs,
+split into the draft's captured step and the verify's (a sync between them); the eager GPU time and kernels of a step
+(torch.profiler: the same kernels run inside the graphs); and the graphed step compiled whole (`step`: a tree's drafter
+included) or by layers, with the seconds its first runs took (capture and compile). The number of steps differs a little
+between the compiled and the uncompiled runs: bf16 kernels that fuse round differently, and greedy drafts follow.
+
+{table(["shape", "graphs ms/step", "draft ms", "verify ms", "eager GPU ms/step", "kernels/step", "compiled step ms/step",
+        "its first runs s", "compiled layers ms/step", "its first runs s"], rows)}
+
+- Top-k over the vocabulary, the tree's own cost: {topk[widest]:.0f} us of {widest}'s eager step are torch.topk's
+  kernels (gatherTopK and the sort of its K results), none of the chain's (an argmax).
+"""
+
+
 if __name__ == "__main__":
     main()

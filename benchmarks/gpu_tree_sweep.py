@@ -372,5 +372,63 @@ device call and `specdec serve` in the next, on the same machine: compare a tree
 """)
 
 
+def render_fewer() -> str:
+    from page import load
+
+    text = render("gpu_tree_sweep_fewer_kernels", "Trees with fewer kernels (`specdec serve`, uncompiled)", """
+At the zoo's size a step's cost is its number of kernels (a few microseconds each under a CUDA graph, whatever their
+size), and the tree's bookkeeping had multiplied them: `grow` rebuilt the pool's parents and depths and the drafter's
+mask at every depth (about ten small kernels a depth for the mask alone), and the verify walked the tree one level per
+pass. Now the mask is three kernels a depth (`TreeSlots`, made once per step), the pool's bookkeeping is built once at
+the end, and the verify reads the ancestors once (`benchmarks/logs/gpu_tree_profile.log` has the kernels by name). The
+same sweep as the one above, ours only, in one device call (the one above ran in another: compare within a table).
+""")
+    before, after = load("gpu_tree_sweep_deep/summary.json"), load("gpu_tree_sweep_fewer_kernels/summary.json")
+    if not (text and before and after):
+        return text
+    step = lambda d, name: d.get("ours", {}).get(name, {}).get("by_concurrency", {}).get("1", {}).get("step_time_s")  # noqa: E731
+    lines = [f"- {name}, concurrency 1: {1e3 * step(before, name):.2f} ms a step before, {1e3 * step(after, name):.2f} ms "
+             f"after ({step(after, name) / step(before, name):.2f}x)"
+             for name in after.get("ours", {}) if name.split(",")[1] != "1" and step(before, name) and step(after, name)]
+    return text + "\nThe tree's server step at concurrency 1, the deep sweep's (before) against this one's:\n\n" + "\n".join(lines) + "\n"
+
+
+def render_compiled() -> str:
+    """Compiled (`--compile on --compile-scope step`, the drafter's tree included) against uncompiled, concurrency 1."""
+    from page import load, provenance, table
+
+    runs = {name: load(f"gpu_tree_sweep_compiled/{name}.json") for name in ("compiled_first", "compiled", "plain")}
+    if not all(runs.values()):
+        return ""
+    labels = {"compiled_first": "compiled (call 1)", "compiled": "compiled (call 2)", "plain": "--compile off (call 2)"}
+    rows, rate = [], {}
+    for name, data in runs.items():
+        for shape in ("7,1,8", "7,4,16"):
+            r = data.get("ours", {}).get(shape, {}).get("by_concurrency", {}).get("1", {})
+            rate[name, shape] = r.get("output_tok_s")
+            rows.append([labels[name], shape, r.get("output_tok_s"), r.get("accept_length_sglang"),
+                         None if r.get("step_time_s") is None else 1e3 * r["step_time_s"]])
+    ratio = lambda a, b: rate[a] / rate[b] if rate[a] and rate[b] else float("nan")  # noqa: E731
+    files = [f"benchmarks/results/gpu_tree_sweep_compiled/{n}.json" for n in runs]
+    return f"""### A compiled tree against a compiled chain, concurrency 1
+
+{provenance(files, "one NVIDIA H200", "`benchmarks/gpu_tree_sweep.py --ours-args`", ["benchmarks/logs/gpu_tree_sweep_compiled.log"], files)}
+
+Under `--compile on` (scope `step`) a tree engine compiles its drafter's captured expansion too, so the expansion's
+small kernels fuse; a chain's draft steps stay uncompiled (compiled whole they measured slower,
+`benchmarks/logs/gpu_tree_profile.log`). `specdec serve`, one running request, the zoo's EAGLE head, greedy, the three
+prompt categories, 128 new tokens; call 2 ran the compiled pair and then the uncompiled pair on one machine.
+
+{table(["run", "shape", "tok/s", "accept length", "step ms"], rows)}
+
+- The tree 7,4,16 against the chain 7,1,8, both compiled: **{ratio(("compiled", "7,4,16"), ("compiled", "7,1,8")):.2f}x**
+  (call 1: {ratio(("compiled_first", "7,4,16"), ("compiled_first", "7,1,8")):.2f}x); both uncompiled:
+  {ratio(("plain", "7,4,16"), ("plain", "7,1,8")):.2f}x; the compiled tree against the uncompiled chain:
+  {ratio(("compiled", "7,4,16"), ("plain", "7,1,8")):.2f}x.
+- The price: the tree's server compiled for minutes at start for one batch width (the log's "compiled in"), and not
+  within 476 s for all 16 widths, so concurrency 4 and 16 were not measured compiled.
+"""
+
+
 if __name__ == "__main__":
     raise SystemExit(main())
