@@ -53,6 +53,9 @@ KINDS = ("sglang", "ours")
 SMOKE_SHAPES = [(2, 1, 3), (2, 2, 4)]
 T0 = time.time()
 LOG: Path | None = None
+# --method: the zoo's EAGLE head (a draft directory), or its MTP layer (NEXTN: in the target's checkpoint)
+DRAFTERS = {"eagle": ("EAGLE", str(ZOO / "eagle")), "mtp": ("NEXTN", None)}
+METHOD = "eagle"
 OURS_ARGS: tuple[str, ...] = ()  # --ours-args: more `specdec serve` flags (e.g. --compile on --compile-scope step)
 
 
@@ -87,11 +90,12 @@ def parse_shapes(text: str) -> list[tuple[int, int, int]]:
 def config(kind: str, shape: tuple[int, int, int], max_running: int) -> tuple[LaunchConfig, dict]:
     """The launcher's config and environment for one server: the zoo's target and EAGLE head, the tree's flags."""
     s, k, n = shape
-    common = dict(draft=str(ZOO / "eagle"), num_steps=s, topk=k, num_draft_tokens=n, max_running_requests=max_running)
+    algorithm, draft = DRAFTERS[METHOD]
+    common = dict(draft=draft, num_steps=s, topk=k, num_draft_tokens=n, max_running_requests=max_running)
     if kind == "ours":
-        return LaunchConfig(str(ZOO / "target"), "EAGLE", backend="specdec", extra_args=OURS_ARGS, **common), {}
+        return LaunchConfig(str(ZOO / "target"), algorithm, backend="specdec", extra_args=OURS_ARGS, **common), {}
     # servers of one call start together: a fraction of the memory each finds free, the KV pool capped in tokens
-    cfg = LaunchConfig(str(ZOO / "target"), "EAGLE", backend="sglang", attention_backend="triton",
+    cfg = LaunchConfig(str(ZOO / "target"), algorithm, backend="sglang", attention_backend="triton",
                        cuda_graph_max_bs=max_running, mem_fraction_static=0.6, disable_radix_cache=True,
                        extra_args=("--max-total-tokens", "20000"), **common)
     return cfg, {"SGLANG_RECORD_STEP_TIME": "1"}
@@ -236,7 +240,7 @@ def merge(paths: list[str]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    global LOG, OURS_ARGS
+    global LOG, OURS_ARGS, METHOD
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="folder for summary.json, the sweeps, the servers' logs and this log")
     ap.add_argument("--which", choices=["sglang", "ours", "both"], default="both")
@@ -248,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min-run-s", type=float, default=5.0, help="each timed run lasts at least this long")
     ap.add_argument("--max-running", type=int, default=16, help="rows of each server's running batch")
     ap.add_argument("--warmup", type=int, default=4)
+    ap.add_argument("--method", choices=sorted(DRAFTERS), default="eagle", help="the zoo's drafter: its EAGLE head "
+                    "or its MTP layer (SGLang's NEXTN)")
     ap.add_argument("--ours-args", default="", help="more flags for every `specdec serve`, e.g. '--compile on "
                     "--compile-scope step' (its first start compiles: minutes)")
     ap.add_argument("--deadline-s", type=float, default=560.0, help="skip what would end past this (a call's limit)")
@@ -268,9 +274,10 @@ def main(argv: list[str] | None = None) -> int:
         args.which, args.shapes = "ours", args.shapes or SMOKE_SHAPES
         args.concurrency, args.categories, args.max_new_tokens = [1, 2], ["code"], 8
         args.min_run_s, args.max_running, args.warmup = 0.0, 2, 1
-    OURS_ARGS = tuple(args.ours_args.split())
+    OURS_ARGS, METHOD = tuple(args.ours_args.split()), args.method
     shapes = args.shapes or SHAPES
-    summary = {"env": env(), "settings": {"ours_args": list(OURS_ARGS), "shapes": [list(s) for s in shapes], "concurrency": args.concurrency,
+    summary = {"env": env(), "settings": {"method": METHOD, "ours_args": list(OURS_ARGS),
+                                          "shapes": [list(s) for s in shapes], "concurrency": args.concurrency,
                                           "categories": args.categories, "max_new_tokens": args.max_new_tokens,
                                           "min_run_s": args.min_run_s, "max_running": args.max_running,
                                           "cpu_smoke": args.cpu_smoke}}
