@@ -188,8 +188,12 @@ def test_compiling_says_so_and_how_long(capsys):
     compiling(SimpleNamespace(), SimpleNamespace(graphs=SimpleNamespace(compile=True, scope="layers")),
               lambda: ran.append(2))
     assert "compiling the decoder layers and LM head" in capsys.readouterr().err
+    compiling(SimpleNamespace(), SimpleNamespace(graphs=SimpleNamespace(compile=True, scope="step"), tree=object()),
+              lambda: ran.append(2))
+    assert "compiling the decode step and the tree's drafter (first start on this GPU: ~4-5 min a batch width" in (
+        capsys.readouterr().err)
     compiling(SimpleNamespace(), SimpleNamespace(graphs=SimpleNamespace(compile=False, scope=None)), lambda: ran.append(3))
-    assert ran == [1, 2, 3] and capsys.readouterr().err == ""
+    assert ran == [1, 2, 2, 3] and capsys.readouterr().err == ""
 
 
 # --- random weights in a model's shape (SGLang's --load-format dummy) ---------------------------------------

@@ -77,6 +77,20 @@ def test_shapes_and_launch_configs(sweep_module):
             shape[2] if shape[1] > 1 else shape[0])
 
 
+
+def test_the_mtp_layer_and_more_flags_reach_both_servers(sweep_module, monkeypatch):
+    """--method mtp: both servers draft with the zoo's MTP layer (SGLang's NEXTN, no draft path: it sits in the
+    target's checkpoint; ours `--speculative-algorithm mtp`); --ours-args reach `specdec serve` only."""
+    monkeypatch.setattr(sweep_module, "METHOD", "mtp")
+    monkeypatch.setattr(sweep_module, "OURS_ARGS", ("--compile", "off"))
+    sg, _ = sweep_module.config("sglang", (4, 2, 8), 4)
+    ours, _ = sweep_module.config("ours", (4, 2, 8), 4)
+    argv, mine = sg.command("0.5.16"), ours.command()
+    assert argv[argv.index("--speculative-algorithm") + 1] == "NEXTN" and "--speculative-draft-model-path" not in argv
+    assert mine[mine.index("--speculative-algorithm") + 1] == "mtp" and "--speculative-draft-model-path" not in mine
+    assert mine[-2:] == ["--compile", "off"] and "--compile" not in argv
+
+
 def test_the_verdict_compares_the_best_tree_with_the_best_chain(sweep_module):
     runs = lambda rate: {"by_concurrency": {"1": {"output_tok_s": rate}}}  # noqa: E731
     data = {"ours": {"3,1,4": runs(100.0), "7,1,8": runs(120.0), "4,4,8": runs(150.0), "5,8,16": runs(90.0)}}

@@ -133,8 +133,11 @@ def compiling(args: argparse.Namespace, engine, warm) -> None:
         return
     where = getattr(args, "compile_dir", None)
     # first starts measured on an H200 for an 8B shape: 72 s whole, 19 s by layers (benchmarks/logs/gpu_fast_path.log)
-    what, first = (("decode step", "~1-2 min") if engine.graphs.scope == "step"
-                   else ("decoder layers and LM head", "~20-60 s"))
+    # a tree's drafter, compiled whole too: 244 and 277 s for one batch width, not done in 476 s for 16
+    # (benchmarks/logs/gpu_tree_sweep_compiled.log)
+    what, first = (("decoder layers and LM head", "~20-60 s") if engine.graphs.scope != "step"
+                   else ("decode step", "~1-2 min") if getattr(engine, "tree", None) is None
+                   else ("decode step and the tree's drafter", "~4-5 min a batch width"))
     print(f"specdec: compiling the {what} (first start on this GPU: {first}; later starts read the cache"
           + (f" in {where})" if where else "; no cache: --compile-cache none)"), file=sys.stderr, flush=True)
     t0 = time.perf_counter()
