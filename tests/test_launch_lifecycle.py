@@ -155,7 +155,8 @@ def test_a_missing_executable_is_one_line():
 
 
 LAUNCHER = """
-import sys, time
+import faulthandler, signal, sys, time
+faulthandler.register(signal.SIGUSR1, all_threads=True)  # a test that finds it hung asks where it is
 sys.path.insert(0, {tests!r})
 from test_launch_lifecycle import standin
 from specdec.serving.ops.lifecycle import launch
@@ -163,6 +164,12 @@ server = launch(standin(*{options!r}), timeout=120, progress=False)
 print("started", server.pid, flush=True)
 time.sleep({linger})
 """
+
+
+def signal_masks(pid: int) -> dict[str, int]:
+    """A process's blocked, ignored and caught signals, as /proc/PID/status shows them (bit n - 1: signal n)."""
+    fields = dict(line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":\t" in line)
+    return {k: int(fields[k], 16) for k in ("SigBlk", "SigIgn", "SigCgt")}
 
 
 def run_launcher(options, linger: float) -> subprocess.Popen:
@@ -220,10 +227,19 @@ def test_sigterm_or_sighup_to_a_python_that_launched_servers_stops_them_first(si
     try:
         assert launcher.stdout.readline().startswith("started")
         pids = wait_for_log_pids(run_dir)
+        masks = signal_masks(launcher.pid)
+        assert masks["SigCgt"] & (1 << (sig - 1)) and not masks["SigBlk"] & (1 << (sig - 1)), masks  # caught, not blocked
         launcher.send_signal(sig)
         # as the default disposition would end it; the bound is a hang guard: at a load of 8 on 2 cores stopping the
         # servers first took more than 30 s (2026-11-27's loaded run)
-        assert launcher.wait(timeout=120) == -sig
+        try:
+            rc = launcher.wait(timeout=120)
+        except subprocess.TimeoutExpired:  # three loaded runs of the suite hung here on SIGHUP: say where it was
+            launcher.send_signal(signal.SIGUSR1)  # faulthandler: every thread's stack, on the test's stderr
+            time.sleep(2)
+            raise AssertionError(f"the launcher outlived {sig.name} by 120 s; its masks before: {masks}, now: "
+                                 f"{signal_masks(launcher.pid)}") from None
+        assert rc == -sig
         assert_gone(pids)
         assert not list(run_dir.glob("*.json"))  # stopped, not orphaned: nothing for the next launch to reap
     finally:
