@@ -108,8 +108,8 @@ class Engine:
                  min_span: int = 256, adaptive: AdaptiveK | bool = False, topk: int = 1,
                  num_draft_tokens: int | None = None, simulate: float | None = None):
         """compile: torch.compile under the graphs (GPU; replayed inside our own graphs): "step" the target's
-        steps whole, "layers" each decoder layer and LM head of the target and the proposer, one compile
-        for all layers (cuda_graphs.SCOPES); True: cuda_graphs.DEFAULT_SCOPE.
+        steps whole (and a tree's drafted expansion), "layers" each decoder layer and LM head of the target and the
+        proposer, one compile for all layers (cuda_graphs.SCOPES); True: cuda_graphs.DEFAULT_SCOPE.
         min_span: the smallest KV bucket under graphs (buckets double from there up to max_len).
         adaptive: choose each step's k in 0..k from the batch and the measured acceptance (adaptive.py;
         True: the default AdaptiveK), else every step drafts k.
