@@ -172,9 +172,18 @@ def signal_masks(pid: int) -> dict[str, int]:
     return {k: int(fields[k], 16) for k in ("SigBlk", "SigIgn", "SigCgt")}
 
 
+def default_stop_signals() -> None:
+    """In the launcher's child before exec: SIGTERM and SIGHUP at their default disposition, whatever the suite
+    inherited. Under `nohup make test` SIGHUP arrives ignored, and a launcher rightly leaves an inherited SIG_IGN alone
+    (lifecycle._guard_api_signals): the SIGHUP case then hung in every run started with nohup, loaded or not."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def run_launcher(options, linger: float) -> subprocess.Popen:
     code = LAUNCHER.format(tests=str(Path(__file__).parent), options=list(options), linger=linger)
-    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT,
+                            preexec_fn=default_stop_signals)
 
 
 def wait_for_log_pids(run_dir: Path, timeout: float = 20.0) -> list[int]:
@@ -234,7 +243,7 @@ def test_sigterm_or_sighup_to_a_python_that_launched_servers_stops_them_first(si
         # servers first took more than 30 s (2026-11-27's loaded run)
         try:
             rc = launcher.wait(timeout=120)
-        except subprocess.TimeoutExpired:  # three loaded runs of the suite hung here on SIGHUP: say where it was
+        except subprocess.TimeoutExpired:  # a hang guard: say where it was
             launcher.send_signal(signal.SIGUSR1)  # faulthandler: every thread's stack, on the test's stderr
             time.sleep(2)
             raise AssertionError(f"the launcher outlived {sig.name} by 120 s; its masks before: {masks}, now: "
