@@ -217,7 +217,7 @@ def test_atexit_stops_a_server_the_program_forgot(run_dir):
 
 
 def test_reap_spares_a_live_launchers_server_then_reaps_it_once_the_launcher_dies(run_dir):
-    launcher = run_launcher(["--spawn-child"], linger=600)  # killed below; long enough for a loaded machine
+    launcher = run_launcher(["--spawn-child"], linger=600)  # killed below: it must outlive whatever the test waits for
     assert launcher.stdout.readline().startswith("started")
     pids = wait_for_log_pids(run_dir)
     try:
@@ -232,18 +232,16 @@ def test_reap_spares_a_live_launchers_server_then_reaps_it_once_the_launcher_die
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_sigterm_or_sighup_to_a_python_that_launched_servers_stops_them_first(sig, run_dir):
     """A notebook kernel or script killed politely: its servers go with it, and it still dies of the signal."""
-    launcher = run_launcher(["--spawn-child"], linger=600)  # signalled below: a loaded machine once took over 60 s to get there
+    launcher = run_launcher(["--spawn-child"], linger=600)  # signalled below: a launcher that ignored it would exit 0
     try:
         assert launcher.stdout.readline().startswith("started")
         pids = wait_for_log_pids(run_dir)
         masks = signal_masks(launcher.pid)
         assert masks["SigCgt"] & (1 << (sig - 1)) and not masks["SigBlk"] & (1 << (sig - 1)), masks  # caught, not blocked
         launcher.send_signal(sig)
-        # as the default disposition would end it; the bound is a hang guard: at a load of 8 on 2 cores stopping the
-        # servers first took more than 30 s (2026-11-27's loaded run)
-        try:
+        try:  # it stops its servers (bounded: about 20 s), then dies of the signal as the default disposition would
             rc = launcher.wait(timeout=120)
-        except subprocess.TimeoutExpired:  # a hang guard: say where it was
+        except subprocess.TimeoutExpired:  # say where it hung
             launcher.send_signal(signal.SIGUSR1)  # faulthandler: every thread's stack, on the test's stderr
             time.sleep(2)
             raise AssertionError(f"the launcher outlived {sig.name} by 120 s; its masks before: {masks}, now: "

@@ -144,7 +144,7 @@ def grow(logits: torch.Tensor, state: torch.Tensor, shape: TreeShape, forward: F
     score, tok = logits.log_softmax(-1, dtype=torch.float32).topk(K, -1)  # [B, K] depth 1, the first beam
     pool_tok, pool_score, beams = [tok], [score], []
     states = state.expand(B, K, -1)
-    own = torch.eye(F, dtype=torch.bool, device=dev).view(max(D - 1, 1), K, F) if F else None  # [D-1, K, F]
+    own = torch.eye(F, dtype=torch.bool, device=dev).view(D - 1, K, F) if F else None  # [D-1, K, F]
     seen = own[0].expand(B, K, F) if F else None  # [B, K, F]: depth 1's fed nodes see themselves
     for depth in range(1, D):
         out, logits = forward(depth, states, tok, seen)
@@ -163,7 +163,8 @@ def grow(logits: torch.Tensor, state: torch.Tensor, shape: TreeShape, forward: F
     # the pool's parents: fed node f (depth g + 1, g = f // K) is pool node f at depth 1, else K + (g - 1) K^2 +
     # its beam index in its depth's K^2; every fed node's K children follow, depth by depth
     g = torch.arange(F, device=dev) // K
-    fed = torch.cat([torch.arange(K, device=dev).expand(B, K), *beams], 1)[:, :F] + torch.where(g > 0, K + (g - 1) * K * K, 0)
+    first = torch.where(g > 0, K + (g - 1) * K * K, 0)  # [F] the pool index of each fed node's depth's first node
+    fed = torch.cat([torch.arange(K, device=dev).expand(B, K), *beams], 1)[:, :F] + first  # [B, F] pool indices
     parent = torch.cat([torch.full_like(tok[:, :1], -1).expand(B, K), fed.repeat_interleave(K, 1)], 1)  # [B, P]
     depths = torch.cat([torch.ones(K, dtype=torch.long, device=dev), (g + 2).repeat_interleave(K)]).expand(B, -1)
     # the rerank: a child scores at most its parent, and comes after it in the pool, so a stable sort keeps
