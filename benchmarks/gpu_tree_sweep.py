@@ -56,6 +56,7 @@ LOG: Path | None = None
 # --method: the zoo's EAGLE head (a draft directory), or its MTP layer (NEXTN: in the target's checkpoint)
 DRAFTERS = {"eagle": ("EAGLE", str(ZOO / "eagle")), "mtp": ("NEXTN", None)}
 METHOD = "eagle"
+DRAFTER_NAMES = {"eagle": "EAGLE head", "mtp": "MTP layer (SGLang's NEXTN)"}
 OURS_ARGS: tuple[str, ...] = ()  # --ours-args: more `specdec serve` flags (e.g. --compile on --compile-scope step)
 
 
@@ -336,7 +337,7 @@ def render(folder: str = "gpu_tree_sweep", title: str = "Draft trees across conc
 
 {provenance([summary], device, "`benchmarks/gpu_tree_sweep.py`", [log], [summary])}
 {intro}
-The zoo's EAGLE head, greedy, {", ".join(data["settings"]["categories"])} prompts, {data["settings"]["max_new_tokens"]} new
+The zoo's {DRAFTER_NAMES[data["settings"].get("method", "eagle")]}, greedy, {", ".join(data["settings"]["categories"])} prompts, {data["settings"]["max_new_tokens"]} new
 tokens, each level warmed, runs of at least {data["settings"]["min_run_s"]:.0f} s, at most {data["settings"]["max_running"]}
 running requests. tok/s: output tokens over the categories' runs; accept length: completion tokens / verify steps from
 the server's per-request counters; step ms: the server's step_time_dict at the run's batch width (SGLang with
@@ -398,6 +399,77 @@ same sweep as the one above, ours only, in one device call (the one above ran in
              f"after ({step(after, name) / step(before, name):.2f}x)"
              for name in after.get("ours", {}) if name.split(",")[1] != "1" and step(before, name) and step(after, name)]
     return text + "\nThe tree's server step at concurrency 1, the deep sweep's (before) against this one's:\n\n" + "\n".join(lines) + "\n"
+
+
+def render_mtp() -> str:
+    """The MTP layer's trees against its chain (SGLang and ours, uncompiled), by category; then ours compiled at 1."""
+    from page import load, provenance, table
+
+    text = render("gpu_tree_sweep_mtp", "Draft trees with the zoo's MTP layer: SGLang and `specdec serve`", """
+The deep sweep above drafted with the zoo's EAGLE head; here the same trees draft with its MTP layer (SGLang's NEXTN,
+the layer read from the target's checkpoint), both servers in one device call, `specdec serve` uncompiled.
+""")
+    data, comp = load("gpu_tree_sweep_mtp/summary.json"), load("gpu_tree_sweep_mtp_compiled/summary.json")
+    if not (text and data):
+        return text
+    cats, rows, gains = data["settings"]["categories"], [], []
+    acc = lambda kind, name, i: (data.get(kind, {}).get(name, {}).get("by_concurrency", {}).get("1", {})  # noqa: E731
+                                 .get("metrics_accept_length") or [None] * len(cats))[i]
+    for s, k, n in data["settings"]["shapes"]:
+        name = key((s, k, n))
+        rows += [[name, cat, acc("sglang", name, i), acc("ours", name, i)] for i, cat in enumerate(cats)]
+        chain = key((n - 1, 1, n))
+        if k > 1:
+            for i, cat in enumerate(cats):
+                d = [f"{label} {acc(kind, name, i) - acc(kind, chain, i):+.2f}" for kind, label in
+                     (("sglang", "SGLang"), ("ours", "ours")) if acc(kind, name, i) and acc(kind, chain, i)]
+                gains.append(f"- {name} against the chain {chain}, {cat}: " + ", ".join(d))
+    pooled = lambda kind, name: (data.get(kind, {}).get(name, {}).get("by_concurrency", {}).get("1", {})  # noqa: E731
+                                 .get("accept_length_sglang"))
+    best_gain = {kind: max((pooled(kind, key((s, k, n))) - pooled(kind, key((n - 1, 1, n))), key((s, k, n)))
+                           for s, k, n in data["settings"]["shapes"] if k > 1
+                           and pooled(kind, key((s, k, n))) and pooled(kind, key((n - 1, 1, n))))
+                 for kind in KINDS if any(data.get(kind, {}))}
+    verdict = ("With the MTP layer the best tree's accept length, all categories pooled, against the chain's at "
+               "concurrency 1: " + "; ".join(f"{'SGLang' if kind == 'sglang' else 'ours'} {g:+.2f} ({name})"
+                                              for kind, (g, name) in best_gain.items())
+               + " (the goal: +0.5). The trees gain on the code and open prompts and lose about one token a step on "
+               "the predictable ones, where the drafter is sure for many tokens in a row: the rerank by cumulative "
+               "draft probability spends verify slots on siblings near the root that a deep chain would have spent "
+               "further down, and the predictable prompts' long steps weigh most in the pooled figure.")
+    text += f"""
+Accept length by category at concurrency 1 (each category's run: completion tokens / verify steps):
+
+{table(["shape", "category", "SGLang accept length", "ours accept length"], rows)}
+
+The tree's accept length minus the chain's, by category:
+
+{chr(10).join(gains)}
+
+{verdict}
+"""
+    if comp:
+        rate = {name: r["by_concurrency"]["1"] for name, r in comp.get("ours", {}).items()
+                if r.get("by_concurrency", {}).get("1", {}).get("output_tok_s")}
+        chains = {n: r for n, r in rate.items() if n.split(",")[1] == "1"}
+        trees = {n: r for n, r in rate.items() if n.split(",")[1] != "1"}
+        if chains and trees:
+            c = max(chains, key=lambda n: chains[n]["output_tok_s"])
+            t = max(trees, key=lambda n: trees[n]["output_tok_s"])
+            files = ["benchmarks/results/gpu_tree_sweep_mtp_compiled/summary.json"]
+            lines = [f"- {n}: {r['output_tok_s']:.0f} tok/s, accept length {r['accept_length_sglang']:.2f}, step "
+                     f"{1e3 * r['step_time_s']:.2f} ms" for n, r in rate.items()]
+            text += f"""
+Compiled (`--compile on`, scope `step`: a tree's drafter compiled too), `specdec serve` only, concurrency 1, one
+running request, in a later device call:
+
+{provenance(files, "one NVIDIA H200", "`benchmarks/gpu_tree_sweep.py --method mtp --ours-args`",
+            ["benchmarks/logs/gpu_tree_sweep_mtp_compiled.log"], files)}
+
+{chr(10).join(lines)}
+- best tree {t} against best chain {c}: **{trees[t]['output_tok_s'] / chains[c]['output_tok_s']:.2f}x**
+"""
+    return text
 
 
 def render_compiled() -> str:

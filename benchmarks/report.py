@@ -53,12 +53,13 @@ TOPICS = [
                             ("gpu_decode_compare", "render_engine")]),
     ("Serving: SGLang and specdec serve", [("sglang_zoo_check", "render"), ("serve_cpu_bench", "render"),
                                            ("gpu_lab3", "render_zoo"), ("gpu_fast_path_sglang", "render_serve"),
-                                           ("gpu_serve_8b", "render")]),
+                                           ("gpu_serve_8b", "render"), ("gpu_serve_8b", "render_scopes")]),
     ("Where speculation stops paying", [("gpu_lab3", "render_where")]),
     ("Draft trees", [("gpu_tree_sglang", "render"), ("cpu_tree_sglang_text", "render"),
                      ("cpu_tree_formula", "render"), ("gpu_tree_sweep", "render"),
                      ("cpu_tree_accept", "render"), ("gpu_tree_sweep", "render_deep"),
-                     ("gpu_tree_sweep", "render_fewer"), ("gpu_tree_sweep", "render_compiled"), ("gpu_tree_profile", "render")]),
+                     ("gpu_tree_sweep", "render_fewer"), ("gpu_tree_sweep", "render_compiled"), ("gpu_tree_sweep", "render_mtp"),
+                     ("gpu_tree_profile", "render")]),
     ("Grading a class", [("grade_class", "render")]),
 ]
 FIGURES = [("gpu_lab3", "plot_where", ROOT / "docs" / "figures" / "where_speculation_pays.png")]
