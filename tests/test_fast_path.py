@@ -183,8 +183,12 @@ def test_compiling_says_so_and_how_long(capsys):
               lambda: ran.append(1))
     err = capsys.readouterr().err
     assert ran == [1]
-    assert "compiling the decode step (first start on this GPU: ~1-2 min; later starts read the cache in /cache/x)" in err
+    assert "compiling the decode step (first start on this GPU: up to ~1-2 min a batch width; later starts read the cache " \
+        "in /cache/x)" in err
     assert "compiled in" in err
+    # a server compiles each of its batch widths: it says how many, and which scope compiles once for all
+    compiling(SimpleNamespace(), SimpleNamespace(graphs=SimpleNamespace(compile=True, scope="step")), lambda: None, 5)
+    assert "a batch width, 5 widths here: --compile-scope layers compiles once for all" in capsys.readouterr().err
     compiling(SimpleNamespace(), SimpleNamespace(graphs=SimpleNamespace(compile=True, scope="layers")),
               lambda: ran.append(2))
     assert "compiling the decoder layers and LM head" in capsys.readouterr().err

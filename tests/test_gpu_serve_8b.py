@@ -13,13 +13,13 @@ import pytest
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
-@pytest.mark.slow  # three `specdec serve` processes, each swept at two levels: about 35 s
+@pytest.mark.slow  # three `specdec serve` processes started together (--together), each swept alone at two levels
 def test_the_8b_serve_benchmark_runs_its_part_on_the_cpu(tmp_path, monkeypatch):
     out = tmp_path / "gpu_serve_8b"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "HOME": str(tmp_path / "home"),
            "PYTHONPATH": str(BENCH.parent)}
     proc = subprocess.run([sys.executable, str(BENCH / "gpu_serve_8b.py"), "--which", "ours", "--shape", "tiny",
-                           "--levels", "1,2", "--min-run-s", "0", "--max-new-tokens", "24", "--out", str(out)],
+                           "--levels", "1,2", "--min-run-s", "0", "--max-new-tokens", "24", "--together", "--out", str(out)],
                           capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = json.loads((out / "summary_ours.json").read_text())
@@ -28,6 +28,7 @@ def test_the_8b_serve_benchmark_runs_its_part_on_the_cpu(tmp_path, monkeypatch):
     assert all(set(v) == {"1", "2"} and min(v.values()) > 0 for v in summary["tok_s"].values())
     spec = json.loads((out / "sweep_ours_spec.json").read_text())
     assert all(r["accept_length"] == pytest.approx(3.0, abs=0.3) for r in spec["runs"])  # the oracle's, not the model's
+    assert "starting together: ours_plain, ours_spec, ours_adaptive" in proc.stdout
     assert "ours_spec concurrency 1:" in proc.stdout and "SIMULATED accept length 3" in \
         (out / "logs" / "ours_spec.log").read_text()
     assert len(summary["pids"]) == 3

@@ -126,18 +126,22 @@ def setup_compile(args: argparse.Namespace, bundle, device: str) -> str | bool:
     return args.compile_scope if on else False
 
 
-def compiling(args: argparse.Namespace, engine, warm) -> None:
-    """Run `warm()` (the captures), saying first that it compiles, and how long it took."""
+def compiling(args: argparse.Namespace, engine, warm, widths: int = 1) -> None:
+    """Run `warm()` (the captures of `widths` batch widths), saying first that it compiles, and how long it took."""
     if not engine.graphs.compile:
         warm()
         return
     where = getattr(args, "compile_dir", None)
     # first starts measured on an H200 for an 8B shape: 72 s whole, 19 s by layers (benchmarks/logs/gpu_fast_path.log)
     # a tree's drafter, compiled whole too: 244 and 277 s for one batch width, not done in 476 s for 16
-    # (benchmarks/logs/gpu_tree_sweep_compiled.log)
-    what, first = (("decoder layers and LM head", "~20-60 s") if engine.graphs.scope != "step"
-                   else ("decode step", "~1-2 min") if getattr(engine, "tree", None) is None
+    # (benchmarks/logs/gpu_tree_sweep_compiled.log); an 8B server's 5 widths whole: not done in 470 s on an H100
+    # (benchmarks/logs/gpu_serve_8b_scopes.log), by layers 81 s
+    whole = engine.graphs.scope == "step"
+    what, first = (("decoder layers and LM head", "~20-60 s") if not whole
+                   else ("decode step", "up to ~1-2 min a batch width") if getattr(engine, "tree", None) is None
                    else ("decode step and the tree's drafter", "~4-5 min a batch width"))
+    if whole and widths > 1:
+        first += f", {widths} widths here: --compile-scope layers compiles once for all"
     print(f"specdec: compiling the {what} (first start on this GPU: {first}; later starts read the cache"
           + (f" in {where})" if where else "; no cache: --compile-cache none)"), file=sys.stderr, flush=True)
     t0 = time.perf_counter()

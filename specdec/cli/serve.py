@@ -14,7 +14,7 @@ from specdec.cli.common import UsageError, add_threads, threads
 from specdec.decoder.engine import Engine
 from specdec.decoder.methods import METHODS, SPELLINGS, method_named
 from specdec.serving.server.scheduler import Scheduler
-from specdec.serving.server.app import ServerArgs, bind, describe, run, warm_up
+from specdec.serving.server.app import ServerArgs, bind, describe, run, warm_up, warm_widths
 from specdec.zoo import ModelNotFound
 
 
@@ -74,7 +74,7 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     except OSError as exc:
         raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
-    fast.compiling(args, engine, lambda: warm_up(engine))
+    fast.compiling(args, engine, lambda: warm_up(engine), len(warm_widths(engine.capacity)))
     port = sock.getsockname()[1]
     model_path = str(bundle.paths.get("target", bundle.name))  # random weights of a named shape: no directory
     server_args = ServerArgs(model_path=model_path, served_model_name=args.served_model_name or args.model,
