@@ -120,6 +120,24 @@ def assert_tree_sweeps(out):
     assert [g[:3] for g in gains] == [("7", "4", "8"), ("15", "2", "16"), ("15", "4", "16")], out
     assert all(float(g[5]) < 5 for g in gains)  # the committed run: both servers agree within 5%
     assert "your guess: None" in out
+    assert_mtp_trees(out)
+
+
+def assert_mtp_trees(out):
+    """Section 7's MTP-layer trees: per category and pooled, the tree minus the chain for both drafters and both
+    servers; the categories said to favour the tree are those where both servers' rows are positive; the compiled
+    race read."""
+    rows = re.findall(r"^(EAGLE head|MTP layer), +(SGLang|specdec serve): tree 15,4,16 minus chain 15,1,16: "
+                      r"predictable ([-+]\d\.\d\d), code ([-+]\d\.\d\d), open ([-+]\d\.\d\d); pooled [-+]\d\.\d\d$",
+                      out, re.MULTILINE)
+    assert [r[:2] for r in rows] == [(d, s) for d in ("EAGLE head", "MTP layer") for s in ("SGLang", "specdec serve")], out
+    for drafter in ("EAGLE head", "MTP layer"):
+        mine = [r[2:] for r in rows if r[0] == drafter]
+        won = [cat for i, cat in enumerate(("predictable", "code", "open")) if all(float(g[i]) > 0 for g in mine)]
+        assert re.search(rf"^{drafter}: the tree ahead on both servers for: {', '.join(won) or 'no category'}$", out,
+                         re.MULTILINE), out
+    assert re.search(r"^specdec serve, MTP layer, compiled, concurrency 1: tree \d+,\d,\d+ \d+ tok/s against chain "
+                     r"\d+,1,\d+ \d+ tok/s: \d\.\d\dx$", out, re.MULTILINE), out
 
 
 def assert_where_it_pays(out):
