@@ -303,6 +303,11 @@ def best(data: dict, kind: str, c: str, chain: bool) -> tuple[str, float] | None
     return max(rates, key=lambda x: x[1]) if rates else None
 
 
+def at(data: dict, kind: str, name: str, c: str = "1") -> dict:
+    """One server's condensed run of one shape at concurrency c in a summary ({} where it did not run)."""
+    return data.get(kind, {}).get(name, {}).get("by_concurrency", {}).get(c, {})
+
+
 def render(folder: str = "gpu_tree_sweep", title: str = "Draft trees across concurrency: SGLang and `specdec serve`",
            intro: str = "") -> str:
     from page import load, provenance, table
@@ -318,7 +323,7 @@ def render(folder: str = "gpu_tree_sweep", title: str = "Draft trees across conc
         for c in levels:
             row = list(shape) + [int(c)]
             for kind in KINDS:
-                r = data.get(kind, {}).get(name, {}).get("by_concurrency", {}).get(c, {})
+                r = at(data, kind, name, c)
                 row += [r.get("output_tok_s"), r.get("accept_length_sglang"), ms(r.get("step_time_s")),
                         ms(r.get("step_time_s_client"))]
             rows.append(row)
@@ -356,7 +361,7 @@ def tree_gains(data: dict, c: str) -> list[str]:
     """At concurrency c, each tree's accept length against the chain of as many verified tokens (same
     num_draft_tokens), by each server, and how far the two servers' accept lengths are apart."""
     def acc(kind, name):
-        return data.get(kind, {}).get(name, {}).get("by_concurrency", {}).get(c, {}).get("accept_length_sglang")
+        return at(data, kind, name, c).get("accept_length_sglang")
 
     out = []
     for s, k, n in data["settings"]["shapes"]:
@@ -394,7 +399,7 @@ same sweep as the one above, ours only, in one device call (the one above ran in
     before, after = load("gpu_tree_sweep_deep/summary.json"), load("gpu_tree_sweep_fewer_kernels/summary.json")
     if not (text and before and after):
         return text
-    step = lambda d, name: d.get("ours", {}).get(name, {}).get("by_concurrency", {}).get("1", {}).get("step_time_s")  # noqa: E731
+    step = lambda d, name: at(d, "ours", name).get("step_time_s")  # noqa: E731
     lines = [f"- {name}, concurrency 1: {1e3 * step(before, name):.2f} ms a step before, {1e3 * step(after, name):.2f} ms "
              f"after ({step(after, name) / step(before, name):.2f}x)"
              for name in after.get("ours", {}) if name.split(",")[1] != "1" and step(before, name) and step(after, name)]
@@ -413,8 +418,7 @@ the layer read from the target's checkpoint), both servers in one device call, `
     if not (text and data):
         return text
     cats, rows, gains = data["settings"]["categories"], [], []
-    acc = lambda kind, name, i: (data.get(kind, {}).get(name, {}).get("by_concurrency", {}).get("1", {})  # noqa: E731
-                                 .get("metrics_accept_length") or [None] * len(cats))[i]
+    acc = lambda kind, name, i: (at(data, kind, name).get("metrics_accept_length") or [None] * len(cats))[i]  # noqa: E731
     for s, k, n in data["settings"]["shapes"]:
         name = key((s, k, n))
         rows += [[name, cat, acc("sglang", name, i), acc("ours", name, i)] for i, cat in enumerate(cats)]
@@ -424,8 +428,7 @@ the layer read from the target's checkpoint), both servers in one device call, `
                 d = [f"{label} {acc(kind, name, i) - acc(kind, chain, i):+.2f}" for kind, label in
                      (("sglang", "SGLang"), ("ours", "ours")) if acc(kind, name, i) and acc(kind, chain, i)]
                 gains.append(f"- {name} against the chain {chain}, {cat}: " + ", ".join(d))
-    pooled = lambda kind, name: (data.get(kind, {}).get(name, {}).get("by_concurrency", {}).get("1", {})  # noqa: E731
-                                 .get("accept_length_sglang"))
+    pooled = lambda kind, name: at(data, kind, name).get("accept_length_sglang")  # noqa: E731
     best_gain = {kind: max((pooled(kind, key((s, k, n))) - pooled(kind, key((n - 1, 1, n))), key((s, k, n)))
                            for s, k, n in data["settings"]["shapes"] if k > 1
                            and pooled(kind, key((s, k, n))) and pooled(kind, key((n - 1, 1, n))))
@@ -433,10 +436,10 @@ the layer read from the target's checkpoint), both servers in one device call, `
     verdict = ("With the MTP layer the best tree's accept length, all categories pooled, against the chain's at "
                "concurrency 1: " + "; ".join(f"{'SGLang' if kind == 'sglang' else 'ours'} {g:+.2f} ({name})"
                                               for kind, (g, name) in best_gain.items())
-               + " (the goal: +0.5). The trees gain on the code and open prompts and lose about one token a step on "
-               "the predictable ones, where the drafter is sure for many tokens in a row: the rerank by cumulative "
-               "draft probability spends verify slots on siblings near the root that a deep chain would have spent "
-               "further down, and the predictable prompts' long steps weigh most in the pooled figure.")
+               + " (the goal: +0.5). The lines above say where the trees gain and lose. Where the drafter is sure for "
+               "many tokens in a row, the rerank by cumulative draft probability spends verify slots on siblings near "
+               "the root that a deep chain would have spent further down, and the longest steps weigh most in the "
+               "pooled figure.")
     text += f"""
 Accept length by category at concurrency 1 (each category's run: completion tokens / verify steps):
 
@@ -483,7 +486,7 @@ def render_compiled() -> str:
     rows, rate = [], {}
     for name, data in runs.items():
         for shape in ("7,1,8", "7,4,16"):
-            r = data.get("ours", {}).get(shape, {}).get("by_concurrency", {}).get("1", {})
+            r = at(data, "ours", shape)
             rate[name, shape] = r.get("output_tok_s")
             rows.append([labels[name], shape, r.get("output_tok_s"), r.get("accept_length_sglang"),
                          None if r.get("step_time_s") is None else 1e3 * r["step_time_s"]])

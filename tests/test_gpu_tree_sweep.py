@@ -77,7 +77,6 @@ def test_shapes_and_launch_configs(sweep_module):
             shape[2] if shape[1] > 1 else shape[0])
 
 
-
 def test_the_mtp_layer_and_more_flags_reach_both_servers(sweep_module, monkeypatch):
     """--method mtp: both servers draft with the zoo's MTP layer (SGLang's NEXTN, no draft path: it sits in the
     target's checkpoint; ours `--speculative-algorithm mtp`); --ours-args reach `specdec serve` only."""
