@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import time
 from pathlib import Path
@@ -176,6 +177,80 @@ def render() -> str:
   the time (inductor's kernels are launched from Python too); what would remove it is a prefill replayed as a CUDA graph,
   or admissions prepared while the GPU runs the step, as SGLang's overlap scheduler does.
 """
+
+
+def served(log: Path) -> dict[tuple[str, str], tuple[float, float, float]]:
+    """(server, concurrency) -> (output tok/s, step ms by the server, step ms as a request saw it) from a log's sweep
+    lines, the server named by its part's "== " header."""
+    out, part = {}, ""
+    for line in log.read_text().splitlines() if log.exists() else []:
+        if line.startswith("== "):
+            part = line[3:].split(" (")[0]  # "sglang", "ours after", "ours before"
+        elif m := re.search(r" c=(\d+): (\d+) tok/s.* step ([\d.]+) ms \(server\) / ([\d.]+) ms \(client\)", line):
+            out[part, m.group(1)] = (float(m.group(2)), float(m.group(3)), float(m.group(4)))
+    return out
+
+
+def render_captured() -> str:
+    """The captured prefill against the eager one, admitting and serving, one device call
+    (benchmarks/results/gpu_admit_cost_captured/, benchmarks/logs/gpu_admit_cost_captured.log)."""
+    from page import ROOT, load, provenance, table
+
+    cases = ("eagle-16", "ar-64")
+    runs = {(b, c): load(f"gpu_admit_cost_captured/{b}-{c}.json") for b in ("before", "after") for c in cases}
+    log = "benchmarks/logs/gpu_admit_cost_captured.log"
+    tok = served(ROOT / log)
+    if not all(runs.values()) or not tok:
+        return ""
+    rows = []
+    for c in cases:
+        before, after = runs["before", c], runs["after", c]
+        for n in (1, before["rows"]):
+            rows.append([before["method"], before["rows"], n, 1e3 * before[f"admit_{n}_s"], before[f"admit_{n}_s"] / before["step_s"],
+                         1e3 * after[f"admit_{n}_s"], after[f"admit_{n}_s"] / after["step_s"],
+                         before[f"admit_{n}_s"] / after[f"admit_{n}_s"]])
+    levels = sorted({c for _, c in tok}, key=int)
+    rate = lambda who, c: tok.get((who, c), (None,))[0]  # noqa: E731
+    serve = [[c, rate("sglang", c), rate("ours before", c), rate("ours after", c),
+              rate("ours after", c) / rate("sglang", c) if rate("ours after", c) and rate("sglang", c) else None]
+             for c in levels]
+    _, own, seen = tok.get(("ours after", levels[-1]), (None, float("nan"), float("nan")))
+    # admission's share there: a request of 128 tokens takes 128 / accept length steps, so c requests admit c / that a step
+    after = load("gpu_admit_cost_captured/serve_after_summary.json") or {}
+    accept = at_level(after, levels[-1]).get("accept_length_sglang") or float("nan")
+    admits = int(levels[-1]) * accept / 128
+    admit_ms = 1e3 * runs["after", "eagle-16"]["admit_1_s"]
+    files = [f"benchmarks/results/gpu_admit_cost_captured/{b}-{c}.json" for b in ("before", "after") for c in cases]
+    return f"""### A captured prefill: admitting without stopping the batch
+
+{provenance(files, "one " + runs["after", "eagle-16"]["device"], "`benchmarks/gpu_admit_cost.py`, `benchmarks/gpu_tree_sweep.py`",
+            [log], ["benchmarks/results/gpu_admit_cost_captured/"])}
+
+Since the section above, a greedy admission replays a CUDA graph of the prefill, captured the first time each slot, row
+count and prompt bucket (16, 32, ... 512 tokens; the prompts padded, as a ragged batch's shorter rows are) is met; a
+sampled first token or a longer prompt prefills eagerly (`Engine._prefill`). In one call, the same checkout with the eager
+prefill put back ("before") and as committed ("after"):
+
+{table(["method", "rows", "prompts admitted", "before ms", "before / step", "after ms", "after / step", "faster"], rows)}
+
+Served, `specdec serve --compile off` and SGLang, the zoo's EAGLE head, chain 7,1,8, open prompts, 128 tokens, output
+tok/s:
+
+{table(["concurrency", "SGLang", "ours before", "ours after", "after / SGLang"], serve)}
+
+At concurrency {levels[-1]}, after, our server stepped in {own:.2f} ms by its own clock while a request saw {seen:.2f} ms a
+step. Admission explains little of that now: at an accept length of {accept:.2f}, {levels[-1]} requests of 128 tokens
+admit {admits:.1f} requests a step, about {admits * admit_ms:.1f} ms at {admit_ms:.2f} ms each (EAGLE, 16 rows above). The
+rest is host work for each row and step, not yet measured (the scheduler, detokenizing and streaming are the candidates).
+"""
+
+
+def at_level(summary: dict, c: str) -> dict:
+    """The first server's first shape's run at concurrency c in a gpu_tree_sweep summary ({} if absent)."""
+    for kind in ("ours", "sglang"):
+        for shape in (summary.get(kind) or {}).values():
+            return shape.get("by_concurrency", {}).get(c, {})
+    return {}
 
 
 if __name__ == "__main__":

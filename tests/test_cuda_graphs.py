@@ -69,7 +69,7 @@ def test_the_host_span_covers_every_position_a_step_reads(tiny_bundle, code_prom
 
     def slots_read(cache, positions):
         s = real(cache, positions)
-        if cache.span is not None:  # a step (the prefill runs with no span)
+        if cache.span is not None:  # a step, or a prefill (its span: the prompts' slots, padded under graphs)
             with allow_host_sync():  # the probe reads values; the step itself does not
                 running = ~engine.rows.done[: positions.shape[0]]
                 assert s == cache.span and int(positions[running].max()) < s
@@ -82,11 +82,11 @@ def test_the_host_span_covers_every_position_a_step_reads(tiny_bundle, code_prom
             engine = Engine(tiny_bundle, m, k=3, cuda_graphs=mode, min_span=8)
             engine.generate(code_prompts, max_new_tokens=20)
     assert len(checked) > 100
-    # eager reads exactly up to the last position: plain steps after a 9-token prompt read 10, then 11 slots
+    # eager reads exactly up to the last position: a 9-token prompt's prefill its 9 slots, then plain steps 10 and 11
     engine = Engine(tiny_bundle, "ar", cuda_graphs="off")
     checked.clear()
     engine.generate(code_prompts[:1], max_new_tokens=3)
-    assert checked == [10, 11]
+    assert checked == [9, 10, 11]
 
 
 def test_compile_is_not_cut_off_after_eight_captures():
@@ -210,3 +210,20 @@ def test_compiled_steps_in_bucketed_cuda_graphs_match_eager_on_gpu(code_prompts)
         e = Engine(bundle, m, k=3, cuda_graphs="on", compile=True, min_span=16)
         assert e.generate(prompts, max_new_tokens=40).tokens == eager, m
         assert len({span for _, span, _, _ in e.graphs.captured}) >= 2
+
+
+def test_a_greedy_admission_replays_a_captured_prefill(tiny_bundle):
+    """Under graphs a greedy prefill is captured once per slot, row count and prompt bucket (the prompts padded to
+    it) and replayed after: every proposer decodes as eager. A sampled first token, or a prompt past the last bucket,
+    prefills eagerly."""
+    from specdec.decoder.engine import PREFILL_BUCKETS
+
+    short, mid, long = [5, 6, 7], list(range(100, 120)), list(range(100, 100 + PREFILL_BUCKETS[-1] + 1))
+    for m in ("ar", "eagle", "mtp", "draft", "heads", "ngram"):
+        eager, graphed = (Engine(tiny_bundle, m, k=3, max_batch=3, cuda_graphs=c) for c in ("off", "emulate"))
+        for prompts in ([short], [short[:2]], [mid, short], [long]):  # the second replays the first's capture
+            assert graphed.generate(prompts, max_new_tokens=6).tokens == eager.generate(prompts, max_new_tokens=6).tokens, m
+        assert sorted((name, span, shapes[0]) for name, span, _, shapes in graphed.prefills.captured) == [
+            ("prefill 0", 16, (1, 16)), ("prefill 0", 32, (2, 32))], m
+    graphed.generate([short], max_new_tokens=2, temperature=1.0)
+    assert len(graphed.prefills.captured) == 2  # sampled: eager

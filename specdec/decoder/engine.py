@@ -100,6 +100,10 @@ class RowUpdate:
     drafts: list[int] | None = None  # what the proposer guessed this step (None: prefill or plain)
 
 
+# Prompt lengths a captured prefill pads to (longer prompts prefill eagerly: their GPU work outweighs the launches)
+PREFILL_BUCKETS = (16, 32, 64, 128, 256, 512)
+
+
 class Engine:
     """A target, one proposer (or none: plain decoding) and a batch of up to max_batch rows."""
 
@@ -146,6 +150,7 @@ class Engine:
             say_eager_once(self.device)
         pool = torch.cuda.graph_pool_handle() if self.graph_mode == "cuda" else None  # one pool per engine
         self.graphs = Graphs(self.graph_mode, pool, compile)
+        self.prefills = Graphs(self.graph_mode, pool)  # the captured prefills (_prefill), never compiled
         self.cache = KVCache.for_model(self.target, max_batch, self.max_len)
         # a graph's shapes are fixed: read whole, the cache reads every slot (each step's view has its own span)
         self.cache.span = self.max_len if self.graph_mode is not None else None
@@ -219,36 +224,59 @@ class Engine:
         return updates
 
     def _prefill(self, start: int, prompts: list[list[int]], params: list[SamplingParams]) -> list[RowUpdate]:
-        n, W, dev = len(prompts), max(len(p) for p in prompts), self.device
-        # the prefill runs eagerly: a view without a span, whose attention reads just enough slots
-        rows, cache = self.rows.view(start, start + n), self.cache.rows(start, start + n)
-        lens = torch.tensor([len(p) for p in prompts], device=dev)
+        n, W = len(prompts), max(len(p) for p in prompts)
+        # Under graphs a greedy admission replays a captured prefill: eager, its few hundred small launches kept every
+        # running row waiting 3 to 15 steps (benchmarks/logs/gpu_admit_cost.log). One capture per slot, row count and
+        # prompt bucket (the prompts padded, as a ragged batch's shorter rows are); a sampled first token runs eagerly.
+        captured = (self.graph_mode is not None and W <= PREFILL_BUCKETS[-1]
+                    and not any(sp.temperature > 0 for sp in params))
+        if captured:
+            W = min(self.max_len, next(b for b in PREFILL_BUCKETS if b >= W))
+        tokens = torch.zeros(n, W, dtype=torch.long)
+        eos = torch.full((n, self.rows.eos.shape[1]), -1, dtype=torch.long)
         for b, (p, sp) in enumerate(zip(prompts, params)):
-            rows.tokens[b, :len(p)] = torch.as_tensor(p, device=dev)
-            rows.eos[b] = -1
+            tokens[b, :len(p)] = torch.tensor(p)
             if sp.stop_at_eos and self.eos_ids:
-                rows.eos[b, : len(self.eos_ids)] = torch.tensor(self.eos_ids, device=dev)
+                eos[b, : len(self.eos_ids)] = torch.tensor(self.eos_ids)
             # committed: the first token's commit (in _report) makes it len(p)
             gen = torch.Generator().manual_seed(sp.seed) if sp.seed is not None else None
             self.live[start + b] = Row(start + b, sp, committed=len(p) - 1, gen=gen)
-        rows.temperature.copy_(torch.tensor([sp.temperature for sp in params]))
-        rows.top_p.copy_(torch.tensor([sp.top_p for sp in params]))
-        rows.top_k.copy_(torch.tensor([sp.top_k for sp in params]))
-        rows.max_new.copy_(torch.tensor([sp.max_new_tokens for sp in params]))
+        lens = torch.tensor([len(p) for p in prompts])
+        floats = torch.tensor([[sp.temperature, sp.top_p] for sp in params])  # [n, 2]
+        ints = torch.tensor([[sp.top_k, sp.max_new_tokens] for sp in params])  # [n, 2]
+        rows = self.rows.view(start, start + n)
+        self._flags(rows)
+        # The first token's draws: zeros for a captured (greedy) prefill, else what a step draws
+        u = torch.zeros(n, device=self.device) if captured else self._uniforms(start, n, 1)[:, 0]
+        args = [t.to(self.device, non_blocking=True) for t in (tokens, eos, lens, floats, ints)] + [u]
+        fill = lambda *a: self._fill(start, rows, *a)  # noqa: E731
+        host = (self.prefills(f"prefill {start}", fill, *args, span=W) if captured else fill(*args)).tolist()
+        if self.proposer is not None:
+            self.proposer.admitted()
+        return [self._report(start + b, [tok], -1, 0, bool(done)) for b, (tok, done) in enumerate(host)]
+
+    def _fill(self, start: int, rows: Rows, tokens, eos, lens, floats, ints, u) -> torch.Tensor:
+        """The prefill's device work, without a host sync (a CUDA graph replays it): tokens [n, W] (padded) into
+        rows start.., their KV and the proposer's state, the first token chosen and committed -> [n, 2] (first, done)."""
+        n, W = tokens.shape
+        cache = self.cache.rows(start, start + n, W)  # the prompts' slots, and nothing past them
+        rows.tokens[:, :W] = tokens
+        rows.eos.copy_(eos)
+        rows.temperature.copy_(floats[:, 0])
+        rows.top_p.copy_(floats[:, 1])
+        rows.top_k.copy_(ints[:, 0])
+        rows.max_new.copy_(ints[:, 1])
         rows.n_new.zero_()
         rows.done.zero_()
-        self._flags(rows)
         cache.lengths.zero_()
-        logits, hidden = self.target(rows.tokens[:, :W], torch.arange(W, device=dev).expand(n, W), cache)
+        logits, hidden = self.target(tokens, torch.arange(W, device=tokens.device).expand(n, W), cache)
         # The prompt's last token plays the pending one: a plain step's commit emits the first token.
         cache.lengths.copy_(lens - 1)
-        u = self._uniforms(start, n, 1)[:, 0]
-        first = sample(rows.probs(logits[torch.arange(n, device=dev), lens - 1].unsqueeze(1))[:, 0], u)
+        first = sample(rows.probs(logits[torch.arange(n, device=tokens.device), lens - 1].unsqueeze(1))[:, 0], u)
         commit(rows, cache, first.unsqueeze(1), torch.ones_like(lens))
         if self.proposer is not None:
             self.proposer.admit(self.rows, start, hidden)
-        host = torch.stack([first, rows.done.long()], 1).tolist()
-        return [self._report(start + b, [tok], -1, 0, bool(done)) for b, (tok, done) in enumerate(host)]
+        return torch.stack([first, rows.done.long()], 1)
 
     def retire(self, slot: int) -> None:
         """Free a row (finished, or cancelled by its caller): the next admit may reuse it."""

@@ -66,7 +66,10 @@ class Proposer:
         self.graphs = graphs
 
     def admit(self, rows: Rows, start: int, hidden: torch.Tensor) -> None:
-        pass
+        """Read the prefill: hidden [n, W, H] of rows start.. (device work only: a CUDA graph may replay it)."""
+
+    def admitted(self) -> None:
+        """The host's part of an admission, after each admit (a replayed admit runs no Python)."""
 
     def propose(self, rows: Rows, k: int, u: torch.Tensor):
         raise NotImplementedError
@@ -153,7 +156,7 @@ class FeatureDraftProposer(Proposer):
 
     def admit(self, rows, start, hidden):
         n, W, _ = hidden.shape
-        cache = self.cache.rows(start, start + n)
+        cache = self.cache.rows(start, start + n, W)  # the prompt's slots (a span: no host sync)
         cache.lengths.zero_()
         lengths = rows.lengths[start:start + n]  # the prompts' lengths (the target committed them)
         if W > 1:  # every prompt position but the last: (h_t, x_t+1), all known
@@ -162,6 +165,8 @@ class FeatureDraftProposer(Proposer):
         cache.commit(lengths - 1, check=False)
         self.fresh[start:start + n, 0] = last_valid(hidden, lengths)
         self.fresh_count[start:start + n] = 1
+
+    def admitted(self):
         self.pending = max(self.pending, 1)
 
     def extend(self, rows, predict: bool = True):
@@ -297,7 +302,7 @@ class DraftModelProposer(Proposer):
 
     def admit(self, rows, start, hidden):
         n, W, _ = hidden.shape
-        cache = self.cache.rows(start, start + n)
+        cache = self.cache.rows(start, start + n, W)  # the prompt's slots (a span: no host sync)
         cache.lengths.zero_()
         self.draft(rows.tokens[start:start + n, :W], torch.arange(W, device=hidden.device).expand(n, W), cache)
         cache.commit(rows.lengths[start:start + n] - 1, check=False)
