@@ -165,9 +165,10 @@ class FeatureDraftProposer(Proposer):
         cache.commit(lengths - 1, check=False)
         self.fresh[start:start + n, 0] = last_valid(hidden, lengths)
         self.fresh_count[start:start + n] = 1
+        self.admitted()  # run eagerly (a wrapper that forwards admit only keeps this); a replay runs it from the engine
 
     def admitted(self):
-        self.pending = max(self.pending, 1)
+        self.pending = max(self.pending, 1)  # each new row holds one fresh state
 
     def extend(self, rows, predict: bool = True):
         """Read the target's fresh states into the layer's cache; -> (cache, the output state [B, 1, H] and
