@@ -224,8 +224,12 @@ main() {
   trap 'exit 130' INT TERM
   echo "== [$(elapsed) s] node, cases: ${CASES[*]}"
   nvidia-smi --query-gpu=index,name,memory.total,memory.used,memory.free,driver_version --format=csv
-  "$PY" -c "import sys, torch, importlib.metadata as m; print('python', sys.version.split()[0], 'torch', torch.__version__, 'sglang', m.version('sglang'))" \
-    2> /dev/null || echo "(no SGLang here)"
+  if [ "$BACKEND" = sglang ]; then
+    "$PY" -c "import sys, torch, importlib.metadata as m; print('python', sys.version.split()[0], 'torch', torch.__version__, 'sglang', m.version('sglang'))" \
+      2> /dev/null || echo "(no SGLang here)"
+  else  # the rehearsal: no SGLang to name, and torch's import would cost the CPU 2 s for a version
+    echo "(a rehearsal through specdec serve: no SGLang)"
+  fi
   for c in "${CASES[@]}"; do run_case "$c" || failed=$((failed + 1)); done
   echo "== [$(elapsed) s] summary (one line per case)"
   cat "$OUT/summary"

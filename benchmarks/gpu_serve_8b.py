@@ -17,7 +17,7 @@ at start, minutes on a cold cache, more with --adaptive-k (each k at each width)
 
 usage (GPU node): PACK=.sglang-pack . .sglang-pack/setup.sh   (for --which sglang|both)
                   PYTHONPATH=. python3 benchmarks/gpu_serve_8b.py --which ours --out $OUT/gpu_serve_8b | tee $OUT/gpu_serve_8b.log
-CPU smoke test (tests/test_gpu_serve_8b.py): --which ours --shape tiny --levels 1,2 --min-run-s 0 --max-new-tokens 24
+CPU smoke test (tests/test_gpu_serve_8b.py): --which ours --shape tiny --levels 1,2 --min-run-s 0 --max-new-tokens 10 --together
 Every server is stopped by the launcher (SIGTERM to its process group); nothing is left behind.
 """
 

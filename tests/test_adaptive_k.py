@@ -1,6 +1,7 @@
 """Adaptive k: the engine drafts 0..k per step, as a policy chooses from the batch and the measured acceptance;
 whatever it chooses, greedy output is plain decoding's, token for token."""
 
+import functools
 import itertools
 
 import pytest
@@ -179,13 +180,20 @@ def drafts_at(engine: Engine, prompts: list[list[int]], n: int = 32) -> dict:
 SKIPS = [[0, 0, 3, 1, 0, 2], [0] * 14 + [3, 2, 3, 1, 3, 2] + [0] * 9 + [3, 3, 2]]
 
 
+@pytest.fixture(scope="module")
+def static_drafts(tiny_bundle, code_prompts):
+    """method -> a static-k engine's drafts (drafts_at, 64 tokens): greedy, so the same for every skip pattern."""
+    return functools.cache(lambda method: drafts_at(Engine(tiny_bundle, method, k=3, cuda_graphs="off"),
+                                                    code_prompts, 64))
+
+
 @pytest.mark.parametrize("ks", SKIPS, ids=["short", "long"])
 @pytest.mark.parametrize("method", PROPOSERS)
 def test_after_steps_without_drafts_the_proposer_guesses_as_if_it_had_drafted_all_along(tiny_bundle, code_prompts,
-                                                                                         method, ks):
+                                                                                         static_drafts, method, ks):
     """A proposer with a state of its own (the MTP layer's and EAGLE head's caches, the draft model's) must read
     the positions of the steps it skipped: its drafts at a position equal a static-k engine's there."""
-    static = drafts_at(Engine(tiny_bundle, method, k=3, cuda_graphs="off"), code_prompts, 64)
+    static = static_drafts(method)
     adaptive = drafts_at(Engine(tiny_bundle, method, k=3, cuda_graphs="off", adaptive=Scripted(ks)), code_prompts, 64)
     common = [key for key in adaptive if key in static]
     assert len(common) >= 8, len(common)

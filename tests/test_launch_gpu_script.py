@@ -83,6 +83,7 @@ def test_the_case_loop_rehearsed_on_a_cpu(tmp_path):
     assert line.startswith("zoo-STANDALONE  ok: started yes in") and "/generate 200 (16 tokens)" in line, line
     assert "SIGTERM -> exit 0; no process left; GPU memory back" in line, line
     assert "1/1 cases started with the default command and stopped cleanly" in r.stdout
+    assert "(a rehearsal through specdec serve: no SGLang)" in r.stdout  # no torch imported for the node's versions
     assert "specdec launch: stopped" in (tmp_path / "out" / "gpu_launch_defaults.log").read_text()
 
 
