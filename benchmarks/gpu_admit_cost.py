@@ -32,30 +32,25 @@ PROMPT = ("The history of the city begins with a small settlement on the river, 
           "to exchange grain, salt and cloth. Over the next")
 
 
-def sync(dev: torch.device) -> None:
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
-
-
-def timed(fn, dev: torch.device, repeats: int) -> list[float]:
+def timed(fn, sync, repeats: int) -> list[float]:
     out = []
     for _ in range(repeats):
-        sync(dev)
+        sync()
         t0 = time.perf_counter()
         fn()
-        sync(dev)
+        sync()
         out.append(time.perf_counter() - t0)
     return out
 
 
-def kernels(fn, dev: torch.device) -> dict:
+def kernels(fn, sync, dev: torch.device) -> dict:
     """Operators called at the top level by one call of fn, and on a GPU the kernels it launched and how long they ran."""
     from torch.profiler import ProfilerActivity, profile
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
     with profile(activities=acts) as prof:
         fn()
-        sync(dev)
+        sync()
     ev = prof.events()
     ops = sum(1 for e in ev if e.cpu_parent is None and e.device_type == torch.autograd.DeviceType.CPU)
     gpu = [e for e in ev if e.device_type == torch.autograd.DeviceType.CUDA]
@@ -89,7 +84,7 @@ def main() -> None:
 
     res = {"device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu", "method": args.method,
            "k": args.k, "rows": args.rows, "prompt_tokens": len(prompt), "torch": torch.__version__}
-    res["step_s"] = statistics.median(timed(engine.step, dev, args.repeats))
+    res["step_s"] = statistics.median(timed(engine.step, engine.sync, args.repeats))
 
     def readmit(n: int):
         """Free n consecutive rows and admit n prompts into them: what a batch waits for while they prefill."""
@@ -100,9 +95,9 @@ def main() -> None:
         return run
 
     for n in sorted({1, min(4, args.rows), args.rows}):
-        t = statistics.median(timed(readmit(n), dev, args.repeats))
+        t = statistics.median(timed(readmit(n), engine.sync, args.repeats))
         res[f"admit_{n}_s"] = t
-        res[f"admit_{n}_kernels"] = kernels(readmit(n), dev)
+        res[f"admit_{n}_kernels"] = kernels(readmit(n), engine.sync, dev)
         print(f"admit {n:2d} prompt(s): {t * 1e3:.2f} ms ({t / res['step_s']:.1f} steps of {args.rows} rows); "
               f"{res[f'admit_{n}_kernels']}", flush=True)
     print(f"step of {args.rows} rows: {res['step_s'] * 1e3:.2f} ms", flush=True)
@@ -115,7 +110,7 @@ def main() -> None:
         prof.enable()
         for _ in range(10):
             readmit(1)()
-        sync(dev)
+        engine.sync()
         prof.disable()
         text = io.StringIO()
         pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(30)
@@ -194,6 +189,7 @@ def served(log: Path) -> dict[tuple[str, str], tuple[float, float, float]]:
 def render_captured() -> str:
     """The captured prefill against the eager one, admitting and serving, one device call
     (benchmarks/results/gpu_admit_cost_captured/, benchmarks/logs/gpu_admit_cost_captured.log)."""
+    from gpu_tree_sweep import at
     from page import ROOT, load, provenance, table
 
     cases = ("eagle-16", "ar-64")
@@ -217,7 +213,7 @@ def render_captured() -> str:
     _, own, seen = tok.get(("ours after", levels[-1]), (None, float("nan"), float("nan")))
     # admission's share there: a request of 128 tokens takes 128 / accept length steps, so c requests admit c / that a step
     after = load("gpu_admit_cost_captured/serve_after_summary.json") or {}
-    accept = at_level(after, levels[-1]).get("accept_length_sglang") or float("nan")
+    accept = at(after, "ours", "7,1,8", levels[-1]).get("accept_length_sglang") or float("nan")
     admits = int(levels[-1]) * accept / 128
     admit_ms = 1e3 * runs["after", "eagle-16"]["admit_1_s"]
     files = [f"benchmarks/results/gpu_admit_cost_captured/{b}-{c}.json" for b in ("before", "after") for c in cases]
@@ -244,13 +240,6 @@ admit {admits:.1f} requests a step, about {admits * admit_ms:.1f} ms at {admit_m
 rest is host work for each row and step, not yet measured (the scheduler, detokenizing and streaming are the candidates).
 """
 
-
-def at_level(summary: dict, c: str) -> dict:
-    """The first server's first shape's run at concurrency c in a gpu_tree_sweep summary ({} if absent)."""
-    for kind in ("ours", "sglang"):
-        for shape in (summary.get(kind) or {}).values():
-            return shape.get("by_concurrency", {}).get(c, {})
-    return {}
 
 
 if __name__ == "__main__":

@@ -246,12 +246,11 @@ class Engine:
         ints = torch.tensor([[sp.top_k, sp.max_new_tokens] for sp in params])  # [n, 2]
         rows = self.rows.view(start, start + n)
         self._flags(rows)
-        # The first token's draws: zeros for a captured (greedy) prefill, else what a step draws
-        u = torch.zeros(n, device=self.device) if captured else self._uniforms(start, n, 1)[:, 0]
+        u = self._uniforms(start, n, 1)[:, 0]  # the first token's draws (an input: a replay draws none of its own)
         args = [t.to(self.device, non_blocking=True) for t in (tokens, eos, lens, floats, ints)] + [u]
         fill = lambda *a: self._fill(start, rows, *a)  # noqa: E731
         host = (self.prefills(f"prefill {start}", fill, *args, span=W) if captured else fill(*args)).tolist()
-        if self.proposer is not None:
+        if captured and self.proposer is not None:  # a replay ran no Python: the proposer's host part, here
             self.proposer.admitted()
         return [self._report(start + b, [tok], -1, 0, bool(done)) for b, (tok, done) in enumerate(host)]
 
