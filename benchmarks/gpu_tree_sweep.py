@@ -176,8 +176,20 @@ def run_kind(kind: str, shapes: list, args, summary: dict, out: Path) -> None:
         cfg = SweepConfig(srv.url, tuple(args.categories), tuple(args.concurrency), args.max_new_tokens,
                           warmup=args.warmup, min_run_s=args.min_run_s)
         t = time.time()
-        sweep = run_sweep(cfg, progress=False)
+        if args.pyspy and kind == "ours":  # where the server's threads spend the sweep (benchmarks/pyspy.py)
+            from pyspy import record, summarize
+
+            raw = out / f"pyspy_{name.replace(',', '-')}.txt"
+            with record(args.pyspy, srv.pid, raw, rate=100 if args.pyspy_native else 200, native=args.pyspy_native):
+                sweep = run_sweep(cfg, progress=False)
+            say(f"{kind} {name}: py-spy over the sweep\n" + "\n".join(summarize(raw, top=30)))
+        else:
+            sweep = run_sweep(cfg, progress=False)
         (out / f"sweep_{kind}_{name.replace(',', '-')}.json").write_text(json.dumps(sweep, indent=1))
+        if kind == "ours":  # where our engine thread's time went over the whole sweep (warm-ups included)
+            loop = srv.client().server_info().raw["internal_states"][0].get("loop_seconds", {})
+            say(f"{kind} {name}: engine thread over the sweep, seconds: "
+                + ", ".join(f"{k} {v:.2f}" for k, v in loop.items()))
         part[name] = {"startup_s": getattr(srv, "startup_s", None), "sweep_s": round(time.time() - t, 1),
                       "server": sweep["server"], "step_time": sweep["step_time"],
                       "by_concurrency": condense(sweep, args.max_running)}
@@ -260,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--deadline-s", type=float, default=560.0, help="skip what would end past this (a call's limit)")
     ap.add_argument("--cpu-smoke", action="store_true", help="`specdec serve` on the CPU, two tiny shapes, a few "
                     "short requests: that the script runs")
+    ap.add_argument("--pyspy", default=None, help="a py-spy binary: sample our server's threads over each sweep")
+    ap.add_argument("--pyspy-native", action="store_true", help="with --pyspy: the C/C++ frames too (pauses the server)")
     ap.add_argument("--merge", nargs="+", default=None, help="merge these summary.json files into --out")
     args = ap.parse_args(argv)
     out = Path(args.out)

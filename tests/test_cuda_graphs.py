@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from specdec.decoder.cuda_graphs import EmulatedGraph, Graphs, allow_host_sync, graph_mode
-from specdec.decoder.engine import Engine
+from specdec.decoder.engine import Engine, SamplingParams
 from specdec.decoder.kv_cache import KVCache
 from specdec.decoder.proposers import FeatureDraftProposer
 
@@ -71,7 +71,8 @@ def test_the_host_span_covers_every_position_a_step_reads(tiny_bundle, code_prom
         s = real(cache, positions)
         if cache.span is not None:  # a step, or a prefill (its span: the prompts' slots, padded under graphs)
             with allow_host_sync():  # the probe reads values; the step itself does not
-                running = ~engine.rows.done[: positions.shape[0]]
+                start = cache.lengths.storage_offset()  # the view's first row (a staged prefill's: past the capacity)
+                running = ~engine.rows.done[start: start + positions.shape[0]]
                 assert s == cache.span and int(positions[running].max()) < s
             checked.append(s)
         return s
@@ -167,7 +168,7 @@ def test_cuda_graphs_match_eager_on_gpu(code_prompts):
 
 def join_and_leave(engine, prompts, n=20):
     """Requests admitted every other step into reused rows (the server's pattern); tokens per request."""
-    from specdec.decoder.engine import SamplingParams
+
 
     out, owner, queue, steps = {i: [] for i in range(len(prompts))}, {}, list(range(len(prompts))), 0
     while queue or engine.running:
@@ -214,8 +215,8 @@ def test_compiled_steps_in_bucketed_cuda_graphs_match_eager_on_gpu(code_prompts)
 
 
 def test_a_greedy_admission_replays_a_captured_prefill(tiny_bundle):
-    """Under graphs a greedy prefill is captured once per slot, row count and prompt bucket (the prompts padded to
-    it) and replayed after: every proposer decodes as eager. A sampled first token, or a prompt past the last bucket,
+    """Under graphs a greedy prefill is captured once per row count and prompt bucket (the prompts padded to both) and
+    replayed after: every proposer decodes as eager. A sampled first token, or a prompt past the last bucket,
     prefills eagerly."""
     from specdec.decoder.engine import PREFILL_BUCKETS
 
@@ -225,6 +226,55 @@ def test_a_greedy_admission_replays_a_captured_prefill(tiny_bundle):
         for prompts in ([short], [short[:2]], [mid, short], [long]):  # the second replays the first's capture
             assert graphed.generate(prompts, max_new_tokens=6).tokens == eager.generate(prompts, max_new_tokens=6).tokens, m
         assert sorted((name, span, shapes[0]) for name, span, _, shapes in graphed.prefills.captured) == [
-            ("prefill 0", 16, (1, 16)), ("prefill 0", 32, (2, 32))], m
+            ("prefill 1", 16, (1, 16)), ("prefill 2", 32, (2, 32))], m
     graphed.generate([short], max_new_tokens=2, temperature=1.0)
     assert len(graphed.prefills.captured) == 2  # sampled: eager
+
+
+def test_a_captured_prefill_serves_any_free_slots(tiny_bundle):
+    """A staged prefill fills the rows past the capacity, then copies them into the free slots it was given (an
+    input of the capture): requests that join a running batch in scattered slots, several at once, decode as they
+    do eagerly, for every proposer, and a capture made for one set of slots is replayed for another."""
+    from specdec.decoder.engine import STAGE_ROWS
+
+    prompts = [[5, 6, 7], list(range(100, 120)), [40, 41], [9, 8, 7, 6], list(range(60, 75)), [3], [11, 12, 13]]
+    params = lambda n: SamplingParams(max_new_tokens=n)  # noqa: E731
+
+    def serve(engine):
+        """Admit, step, cancel, admit into the holes; -> each request's tokens, and where each was admitted."""
+        out, where = {}, []
+        rid = {}  # slot -> request index
+
+        def admit(ids, n):
+            ups = engine.admit([prompts[i] for i in ids], params(n))
+            where.append([u.slot for u in ups])
+            for i, u in zip(ids, ups):
+                rid[u.slot] = i
+                out[i] = list(u.tokens)
+
+        def step(times):
+            for _ in range(times):
+                for u in engine.step():
+                    out[rid[u.slot]] += u.tokens
+
+        admit([0, 1, 2], 40)  # three rows at once: padded to four staged rows
+        step(2)
+        engine.retire(1)  # request 1 leaves: slot 1 is free, and 3.. after it
+        admit([3, 4], 30)  # slots 1 and 3: not consecutive, one replay
+        step(2)
+        admit([5], 20)  # slot 4: the one-row capture, replayed at another slot
+        step(2)
+        admit([6], 10)
+        while engine.running:
+            step(1)
+        return out, where
+
+    for m in ("ar", "eagle", "mtp", "draft", "heads"):
+        eager = Engine(tiny_bundle, m, k=3, max_batch=6, cuda_graphs="off")
+        graphed = Engine(tiny_bundle, m, k=3, max_batch=6, cuda_graphs="emulate")
+        (want, slots), (got, slots_g) = serve(eager), serve(graphed)
+        assert slots == slots_g == [[0, 1, 2], [1, 3], [4], [5]]
+        assert got == want, m
+        assert sorted({(name, shapes[0][0]) for name, _, _, shapes in graphed.prefills.captured}) == [
+            ("prefill 1", 1), ("prefill 2", 2), ("prefill 4", 4)], m  # slots 4 and 5 replayed one capture
+        assert graphed.cache.batch == 6 + STAGE_ROWS and eager.cache.batch == 6  # the staging rows: under graphs only

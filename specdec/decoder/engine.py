@@ -102,6 +102,20 @@ class RowUpdate:
 
 # Prompt lengths a captured prefill pads to (longer prompts prefill eagerly: their GPU work outweighs the launches)
 PREFILL_BUCKETS = (16, 32, 64, 128, 256, 512)
+# Rows past the capacity where a captured prefill stages up to this many prompts before copying them into their free
+# slots: the capture then does not depend on which slots are free (one per row count and bucket, not per slot too)
+STAGE_ROWS = 4
+
+
+def consecutive(slots: list[int]) -> list[list[int]]:
+    """[0, 1, 2, 5, 6, 9] -> [[0, 1, 2], [5, 6], [9]]: runs of consecutive slots, in order."""
+    runs: list[list[int]] = []
+    for s in slots:
+        if runs and s == runs[-1][-1] + 1:
+            runs[-1].append(s)
+        else:
+            runs.append([s])
+    return runs
 
 
 class Engine:
@@ -151,7 +165,10 @@ class Engine:
         pool = torch.cuda.graph_pool_handle() if self.graph_mode == "cuda" else None  # one pool per engine
         self.graphs = Graphs(self.graph_mode, pool, compile)
         self.prefills = Graphs(self.graph_mode, pool)  # the captured prefills (_prefill), never compiled
-        self.cache = KVCache.for_model(self.target, max_batch, self.max_len)
+        # a captured prefill's staging rows (STAGE_ROWS) come after the capacity, in the cache and every per-row buffer
+        stages = self.proposer is None or type(self.proposer).copy_rows is not Proposer.copy_rows
+        self.stage = min(STAGE_ROWS, max_batch) if self.graph_mode is not None and stages else 0
+        self.cache = KVCache.for_model(self.target, max_batch + self.stage, self.max_len)
         # a graph's shapes are fixed: read whole, the cache reads every slot (each step's view has its own span)
         self.cache.span = self.max_len if self.graph_mode is not None else None
         self.views: dict[tuple[int, int], KVCache] = {}  # under graphs: the cache's rows 0..width-1, per bucket
@@ -166,7 +183,8 @@ class Engine:
             # drafter's too when it grows a tree (its expansion's many small kernels fuse: a tree's step measured
             # faster so, a chain's draft steps slower; benchmarks/logs/gpu_tree_profile.log)
             scope = self.graphs.scope if self.graphs.scope == "layers" or self.tree is not None else False
-            self.proposer.setup(max_batch, self.max_len, k, Graphs(self.graph_mode, pool, scope, self.graphs.regions))
+            self.proposer.setup(max_batch + self.stage, self.max_len, k,
+                                Graphs(self.graph_mode, pool, scope, self.graphs.regions))
         self.capacity = max_batch
         self.live: dict[int, Row] = {}  # the running rows, by slot
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
@@ -208,14 +226,23 @@ class Engine:
         if len(prompts) > len(free):
             raise ValueError(f"{len(prompts)} prompts but {len(free)} free rows")
         t0 = time.perf_counter()
-        slots, updates, i = free[: len(prompts)], [], 0
+        slots, updates = free[: len(prompts)], []
+        # Under graphs a greedy admission replays a captured prefill: eager, its few hundred small launches kept every
+        # running row waiting 3 to 15 steps (benchmarks/logs/gpu_admit_cost.log). A sampled first token, or a prompt
+        # past the last bucket, prefills eagerly.
+        captured = (self.stage > 0 and max(map(len, prompts)) <= PREFILL_BUCKETS[-1]
+                    and not any(sp.temperature > 0 for sp in params))
         try:
-            while i < len(prompts):  # runs of consecutive slots are prefilled in one forward
-                j = i + 1
-                while j < len(prompts) and slots[j] == slots[j - 1] + 1:
-                    j += 1
-                updates += self._prefill(slots[i], prompts[i:j], params[i:j])
-                i = j
+            if captured:  # up to STAGE_ROWS prompts a replay, whichever slots they go to
+                for i in range(0, len(prompts), self.stage):
+                    j = i + self.stage
+                    updates += self._staged(slots[i:j], prompts[i:j], params[i:j])
+            else:
+                i = 0
+                for run in consecutive(slots):  # runs of consecutive slots are prefilled in one forward
+                    j = i + len(run)
+                    updates += self._prefill(run[0], prompts[i:j], params[i:j])
+                    i = j
         except BaseException:  # all or nothing: no half-admitted row may stay behind to break the next step
             for slot in slots:
                 self.retire(slot)
@@ -223,36 +250,73 @@ class Engine:
         self.times["prefill"] += time.perf_counter() - t0
         return updates
 
-    def _prefill(self, start: int, prompts: list[list[int]], params: list[SamplingParams]) -> list[RowUpdate]:
-        n, W = len(prompts), max(len(p) for p in prompts)
-        # Under graphs a greedy admission replays a captured prefill: eager, its few hundred small launches kept every
-        # running row waiting 3 to 15 steps (benchmarks/logs/gpu_admit_cost.log). One capture per slot, row count and
-        # prompt bucket (the prompts padded, as a ragged batch's shorter rows are); a sampled first token runs eagerly.
-        captured = (self.graph_mode is not None and W <= PREFILL_BUCKETS[-1]
-                    and not any(sp.temperature > 0 for sp in params))
-        if captured:
-            W = min(self.max_len, next(b for b in PREFILL_BUCKETS if b >= W))
-        tokens = torch.zeros(n, W, dtype=torch.long)
-        eos = torch.full((n, self.rows.eos.shape[1]), -1, dtype=torch.long)
+    def _inputs(self, prompts: list[list[int]], params: list[SamplingParams], W: int) -> list[torch.Tensor]:
+        """The prefill's inputs on the device: tokens [n, W] (padded), eos ids, lengths, (temperature, top_p),
+        (top_k, max_new_tokens)."""
+        tokens = torch.zeros(len(prompts), W, dtype=torch.long)
+        eos = torch.full((len(prompts), self.rows.eos.shape[1]), -1, dtype=torch.long)
         for b, (p, sp) in enumerate(zip(prompts, params)):
             tokens[b, :len(p)] = torch.tensor(p)
             if sp.stop_at_eos and self.eos_ids:
                 eos[b, : len(self.eos_ids)] = torch.tensor(self.eos_ids)
-            # committed: the first token's commit (in _report) makes it len(p)
-            gen = torch.Generator().manual_seed(sp.seed) if sp.seed is not None else None
-            self.live[start + b] = Row(start + b, sp, committed=len(p) - 1, gen=gen)
         lens = torch.tensor([len(p) for p in prompts])
         floats = torch.tensor([[sp.temperature, sp.top_p] for sp in params])  # [n, 2]
         ints = torch.tensor([[sp.top_k, sp.max_new_tokens] for sp in params])  # [n, 2]
+        return [t.to(self.device, non_blocking=True) for t in (tokens, eos, lens, floats, ints)]
+
+    def _join(self, slots: list[int], prompts: list[list[int]], params: list[SamplingParams]) -> None:
+        """The new rows' records; committed: the first token's commit (in _report) makes it the prompt's length."""
+        for slot, p, sp in zip(slots, prompts, params):
+            gen = torch.Generator().manual_seed(sp.seed) if sp.seed is not None else None
+            self.live[slot] = Row(slot, sp, committed=len(p) - 1, gen=gen)
+
+    def _prefill(self, start: int, prompts: list[list[int]], params: list[SamplingParams]) -> list[RowUpdate]:
+        """The eager prefill of rows start.. (consecutive slots), in place."""
+        n, W = len(prompts), max(len(p) for p in prompts)
+        args = self._inputs(prompts, params, W)
+        self._join(range(start, start + n), prompts, params)
         rows = self.rows.view(start, start + n)
         self._flags(rows)
-        u = self._uniforms(start, n, 1)[:, 0]  # the first token's draws (an input: a replay draws none of its own)
-        args = [t.to(self.device, non_blocking=True) for t in (tokens, eos, lens, floats, ints)] + [u]
-        fill = lambda *a: self._fill(start, rows, *a)  # noqa: E731
-        host = (self.prefills(f"prefill {start}", fill, *args, span=W) if captured else fill(*args)).tolist()
-        if captured and self.proposer is not None:  # a replay ran no Python: the proposer's host part, here
-            self.proposer.admitted()
+        u = self._uniforms(start, n, 1)[:, 0]  # the first token's draws
+        host = self._fill(start, rows, *args, u).tolist()
         return [self._report(start + b, [tok], -1, 0, bool(done)) for b, (tok, done) in enumerate(host)]
+
+    def _staged(self, slots: list[int], prompts: list[list[int]], params: list[SamplingParams]) -> list[RowUpdate]:
+        """A captured prefill: up to STAGE_ROWS greedy prompts, padded to a bucket (as a ragged batch's shorter rows
+        are) and to a power-of-two count, prefilled into the staging rows after the capacity, then copied into their
+        slots (an input: one capture per row count and bucket serves any free slots)."""
+        n, cap = len(prompts), self.capacity
+        N = 1 << (n - 1).bit_length()  # pad rows: one token, copied onto themselves
+        W = min(self.max_len, next(b for b in PREFILL_BUCKETS if b >= max(map(len, prompts))))
+        pad = SamplingParams(max_new_tokens=1, stop_at_eos=False)
+        args = self._inputs(prompts + [[0]] * (N - n), params + [pad] * (N - n), W)
+        self._join(slots, prompts, params)
+        rows = self.rows.view(cap, cap + N)
+        self._flags(rows)
+        # the first token's draws, as the eager prefill takes them (runs of consecutive slots): greedy rows read none,
+        # but a running row's sampling then draws what it would have
+        u = torch.cat([self._uniforms(run[0], len(run), 1)[:, 0] for run in consecutive(slots)]
+                      + [torch.zeros(N - n, device=self.device)])
+        dst = torch.tensor(slots + list(range(cap + n, cap + N))).to(self.device, non_blocking=True)
+
+        def fill(tokens, eos, lens, floats, ints, u_, dst_):
+            out = self._fill(cap, rows, tokens, eos, lens, floats, ints, u_)
+            self._copy_rows(torch.arange(cap, cap + N, device=dst_.device), dst_, W)
+            return out
+
+        host = self.prefills(f"prefill {N}", fill, *args, u, dst, span=W).tolist()
+        if self.proposer is not None:  # a replay ran no Python: the proposer's host part, here
+            self.proposer.admitted()
+        return [self._report(slot, [tok], -1, 0, bool(done)) for slot, (tok, done) in zip(slots, host)]
+
+    def _copy_rows(self, src: torch.Tensor, dst: torch.Tensor, slots: int) -> None:
+        """Every per-row state of rows src [n] into rows dst [n]: the target's and the proposer's first `slots` cache
+        slots and lengths, and the rows' tensors (a staged prefill into its free slots)."""
+        self.cache.copy_rows(src, dst, slots)
+        for t in self.rows.tensors():
+            t[dst] = t[src]
+        if self.proposer is not None:
+            self.proposer.copy_rows(src, dst, slots)
 
     def _fill(self, start: int, rows: Rows, tokens, eos, lens, floats, ints, u) -> torch.Tensor:
         """The prefill's device work, without a host sync (a CUDA graph replays it): tokens [n, W] (padded) into

@@ -85,6 +85,14 @@ class KVCache:
         view.slots, view.visible = slots, visible
         return view
 
+    def copy_rows(self, src: torch.Tensor, dst: torch.Tensor, slots: int) -> None:
+        """Rows src [n] into rows dst [n]: their first `slots` keys and values in every layer, and their lengths
+        (a prefill staged in spare rows, moved to the rows it was for; the indices are tensors, so a graph of it
+        serves any rows)."""
+        for t in self.k + self.v:
+            t[dst, :, :slots] = t[src, :, :slots]
+        self.lengths[dst] = self.lengths[src]
+
     def move(self, src: torch.Tensor, dst: torch.Tensor) -> None:
         """Copy each row's keys and values at slots src [B, T] to slots dst [B, T] in every layer: a tree's
         accepted path into the contiguous slots after the committed prefix (the rest is left behind)."""

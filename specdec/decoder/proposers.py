@@ -4,6 +4,8 @@ The interface, in the order the engine calls it:
   setup(capacity, max_len, k, graphs)      allocate per-row state once (caches, buffers)
   admit(rows, start, hidden)               the target just read the prompts of rows start..;
                                            hidden [n, W, H] its states over them
+  copy_rows(src, dst, slots)               copy rows src [n] of every per-row state into rows dst
+                                           (caches: their first `slots` slots); a staged prefill
   propose(rows, k, u) -> drafts, q         drafts [B, k]; q [B, k, V] they were drawn from, or
                                            None when every row is greedy or the proposer is
                                            deterministic; u [B, k] uniforms for sampled rows
@@ -70,6 +72,11 @@ class Proposer:
 
     def admitted(self) -> None:
         """The host's part of an admission, after each admit (a replayed admit runs no Python)."""
+
+    def copy_rows(self, src: torch.Tensor, dst: torch.Tensor, slots: int) -> None:
+        """Rows src [n] of the per-row state admit wrote into rows dst [n] (device work only). A proposer without
+        it (a wrapper that forwards admit only, say) has its prompts prefilled in place instead, eagerly."""
+        raise NotImplementedError
 
     def propose(self, rows: Rows, k: int, u: torch.Tensor):
         raise NotImplementedError
@@ -170,6 +177,11 @@ class FeatureDraftProposer(Proposer):
     def admitted(self):
         self.pending = max(self.pending, 1)  # each new row holds one fresh state
 
+    def copy_rows(self, src, dst, slots):
+        self.cache.copy_rows(src, dst, slots)
+        self.fresh[dst] = self.fresh[src]
+        self.fresh_count[dst] = self.fresh_count[src]
+
     def extend(self, rows, predict: bool = True):
         """Read the target's fresh states into the layer's cache; -> (cache, the output state [B, 1, H] and
         logits [B, V] at the last of them: what it predicts after the pending token, draft 1). predict=False
@@ -253,6 +265,9 @@ class HeadsProposer(Proposer):
         n = hidden.shape[0]
         self.last[start:start + n] = last_valid(hidden, rows.lengths[start:start + n])
 
+    def copy_rows(self, src, dst, slots):
+        self.last[dst] = self.last[src]
+
     def _logits(self, rows, k):
         h = self.last[: rows.tokens.shape[0]]
         return self.graphs("heads", lambda x: self.target.logits(self.heads(x)), h)[:, :k]  # [B, k, V]
@@ -308,6 +323,9 @@ class DraftModelProposer(Proposer):
         self.draft(rows.tokens[start:start + n, :W], torch.arange(W, device=hidden.device).expand(n, W), cache)
         cache.commit(rows.lengths[start:start + n] - 1, check=False)
 
+    def copy_rows(self, src, dst, slots):
+        self.cache.copy_rows(src, dst, slots)
+
     def two(self, rows):
         """Rewrite the last committed position and read the pending token; -> (forward, positions, logits [B, V])."""
         cache = self.cache.rows(0, rows.tokens.shape[0], rows.span)
@@ -358,6 +376,9 @@ class NgramProposer(Proposer):
     def __init__(self, max_n: int = 3, min_n: int = 1):
         self.max_n, self.min_n = max_n, min_n
 
+    def copy_rows(self, src, dst, slots):
+        pass  # it reads the rows' tokens, which the engine copies
+
     def propose(self, rows, k, u):
         toks, ends = rows.tokens.cpu().numpy(), (rows.lengths + 1).tolist()  # history up to the pending token
         out = np.stack([ngram_lookup(toks[b, :n], k, self.max_n, self.min_n) for b, n in enumerate(ends)])
@@ -394,6 +415,9 @@ class OracleProposer(Proposer):
         padded = torch.zeros(capacity, self.reference.shape[1], dtype=torch.long)  # free rows ride along
         padded[: self.reference.shape[0]] = self.reference
         self.reference = padded
+
+    def copy_rows(self, src, dst, slots):
+        pass  # its reference is by slot, set up front
 
     def propose(self, rows, k, u):
         B, dev = rows.tokens.shape[0], rows.tokens.device

@@ -146,12 +146,20 @@ def build_app(scheduler: Scheduler, args: ServerArgs, api_key: str | None = None
         """The request's progress events until it finishes; cancels it if the caller leaves."""
         try:
             while True:
-                try:
-                    p = await asyncio.wait_for(handle.events.get(), POLL_S)
-                except asyncio.TimeoutError:
-                    if await request.is_disconnected():
-                        return
-                    continue
+                if handle.events.empty():
+                    try:
+                        p = await asyncio.wait_for(handle.events.get(), POLL_S)
+                    except asyncio.TimeoutError:
+                        if await request.is_disconnected():
+                            return
+                        continue
+                else:
+                    p = handle.events.get_nowait()
+                # A caller that fell behind the engine gets its newest state only: every event holds the whole
+                # output so far, so skipping older ones loses nothing and a busy server writes fewer, larger
+                # chunks (SGLang's tokenizer manager drains a request's queued outputs and sends the last)
+                while isinstance(p, Progress) and p.finish_reason is None and not handle.events.empty():
+                    p = handle.events.get_nowait()
                 if isinstance(p, EngineError):
                     raise p
                 if isinstance(p, Exception):
@@ -307,6 +315,7 @@ def build_app(scheduler: Scheduler, args: ServerArgs, api_key: str | None = None
                     "num_running_reqs": state["num_running_reqs"], "num_queue_reqs": state["num_queue_reqs"],
                     "step_time_dict": state["step_time_dict"]}
         internal["memory_usage"] = memory_usage(engine)
+        internal["loop_seconds"] = state["loop_seconds"]  # ours, not SGLang's: the engine thread's admit/step/deliver
         internal["max_speculative_num_draft_tokens"] = args.draft_tokens()
         if "avg_spec_accept_length" in state:  # as in SGLang, absent until a verify step has been counted
             internal["avg_spec_accept_length"] = state["avg_spec_accept_length"]

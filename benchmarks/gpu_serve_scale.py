@@ -1,0 +1,124 @@
+"""Issue 21: `specdec serve` against real SGLang 0.5.16 as concurrency grows, on the zoo: plain, NEXTN (the target's
+MTP layer, chain 3,1,4) and EAGLE (the zoo's head, chain 7,1,8), concurrency 1, 16 and 64, in one device call.
+
+Every server is started by the course's launcher (the three of a kind together), swept one at a time by the
+course's benchmark (greedy, 128 new tokens, every level warmed first, runs of at least 5 s), then stopped (checked:
+nothing of its session is left). Ours runs as `specdec serve` does by default on a GPU, with `--compile off` (a
+compile costs minutes a start; the sweep compares the serving path, not the kernels). Per server and concurrency:
+output tokens/s, accept length from the server's counters, the server's own seconds per step and what a request
+saw, and for ours where the engine thread's time went (admitting, stepping, delivering).
+
+usage (GPU node): PACK=.sglang-pack . .sglang-pack/setup.sh; export PYTHONPATH=$PWD:$PYTHONPATH
+  python3 benchmarks/gpu_serve_scale.py --out $OUT/scale [--which sglang|ours|both] [--categories code,open]
+CPU: python benchmarks/gpu_serve_scale.py --cpu-smoke --out /tmp/scale   (ours only, tiny runs: that it runs)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+for p in (str(ROOT), str(ROOT / "benchmarks")):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+import gpu_tree_sweep as ts  # noqa: E402
+
+from specdec.serving.measure.bench import SweepConfig, run_sweep  # noqa: E402
+from specdec.serving.ops.launch import LaunchConfig  # noqa: E402
+
+ZOO = ROOT / "specdec" / "zoo" / "tiny"
+# name -> (SGLang's algorithm, draft directory, (num_steps, topk, num_draft_tokens))
+SERVERS = {"plain": ("none", None, None), "mtp": ("NEXTN", None, (3, 1, 4)), "eagle": ("EAGLE", str(ZOO / "eagle"), (7, 1, 8))}
+CONCURRENCY = (1, 16, 64)
+
+
+def config(kind: str, name: str, max_running: int) -> tuple[LaunchConfig, dict]:
+    algorithm, draft, shape = SERVERS[name]
+    common = dict(draft=draft, max_running_requests=max_running)
+    if shape is not None:
+        common.update(num_steps=shape[0], topk=shape[1], num_draft_tokens=shape[2])
+    if kind == "ours":
+        return LaunchConfig(str(ZOO / "target"), algorithm, backend="specdec", extra_args=("--compile", "off"),
+                            **common), {}
+    # three servers of one call start together: each a fraction of the memory, the KV pool capped in tokens
+    cfg = LaunchConfig(str(ZOO / "target"), algorithm, backend="sglang", attention_backend="triton",
+                       cuda_graph_max_bs=max_running, mem_fraction_static=0.25, disable_radix_cache=True,
+                       extra_args=("--max-total-tokens", "20000"), **common)
+    return cfg, {"SGLANG_RECORD_STEP_TIME": "1"}
+
+
+def run_kind(kind: str, names: list[str], args, summary: dict, out: Path) -> None:
+    from gpu_lab3 import measure_one_by_one, start_all
+
+    configs = {n: config(kind, n, args.max_running) for n in names}
+    ts.say(f"{kind}: starting {', '.join(configs)} together")
+    servers = start_all(configs, out / "logs" / kind, timeout=400)
+    part = summary.setdefault(kind, {})
+
+    def measure(name, srv):
+        cfg = SweepConfig(srv.url, tuple(args.categories), tuple(args.concurrency), args.max_new_tokens,
+                          warmup=args.warmup, min_run_s=args.min_run_s)
+        t = time.time()
+        sweep = run_sweep(cfg, progress=False)
+        (out / f"sweep_{kind}_{name}.json").write_text(json.dumps(sweep, indent=1))
+        part[name] = {"startup_s": getattr(srv, "startup_s", None), "sweep_s": round(time.time() - t, 1),
+                      "server": sweep["server"], "by_concurrency": ts.condense(sweep, args.max_running)}
+        if kind == "ours":
+            loop = srv.client().server_info().raw["internal_states"][0].get("loop_seconds", {})
+            part[name]["loop_seconds"] = loop
+            ts.say(f"{kind} {name}: engine thread over the sweep, seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in loop.items()))
+        for c, r in part[name]["by_concurrency"].items():
+            ms = lambda s: "-" if s is None else f"{s * 1000:.2f}"  # noqa: E731
+            al = "-" if r["accept_length_sglang"] is None else f"{r['accept_length_sglang']:.2f}"
+            ts.say(f"{kind} {name} c={c}: {r['output_tok_s'] or 0:.0f} tok/s, accept length {al}, "
+                   f"step {ms(r['step_time_s'])} ms (server) / {ms(r['step_time_s_client'])} ms (client), {r['errors']} errors")
+
+    measure_one_by_one(servers, measure, lambda name, err: part.__setitem__(name, {"error": err}),
+                       lambda: ts.save(summary, out))
+    for name, srv in servers.items():
+        if isinstance(srv, str):
+            part[name] = {"error": srv[:2000]}
+        else:
+            left = ts.session_left(srv.pid)
+            summary.setdefault("left_running", []).extend(left)
+            ts.say(f"{kind} {name}: stopped" + (f", processes LEFT: {left}" if left else ", nothing left of its session"))
+    ts.save(summary, out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--which", choices=["sglang", "ours", "both"], default="both")
+    ap.add_argument("--servers", type=lambda s: s.split(","), default=list(SERVERS))
+    ap.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=list(CONCURRENCY))
+    ap.add_argument("--categories", type=lambda s: s.split(","), default=["code", "open"])
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--min-run-s", type=float, default=5.0)
+    ap.add_argument("--max-running", type=int, default=64)
+    ap.add_argument("--warmup", type=int, default=4)
+    ap.add_argument("--cpu-smoke", action="store_true", help="ours only, on the CPU, tiny runs: that the script runs")
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    ts.LOG = out / "gpu_serve_scale.log"
+    if args.cpu_smoke:
+        args.which, args.concurrency, args.categories = "ours", [1, 2], ["code"]
+        args.max_new_tokens, args.min_run_s, args.max_running, args.warmup = 8, 0.0, 2, 1
+    summary = {"env": ts.env(), "settings": {k: v for k, v in vars(args).items() if k != "out"}}
+    ts.say("env", json.dumps(summary["env"]))
+    for kind in ("sglang", "ours"):
+        if args.which in (kind, "both"):
+            (out / "logs" / kind).mkdir(parents=True, exist_ok=True)
+            run_kind(kind, args.servers, args, summary, out)
+    left = summary.get("left_running", [])
+    ts.say("done;", f"processes LEFT RUNNING: {left}" if left else "no server process left")
+    return 1 if left else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
