@@ -19,10 +19,11 @@ FRAME = re.compile(r" \((?:.*/)?([^/]+/[^/]+\.py):\d+\)$")  # "f (/x/y/server/ap
 
 
 @contextlib.contextmanager
-def record(binary: str, pid: int, raw: Path, rate: int = 200, native: bool = False):
+def record(binary: str, pid: int, raw: Path, rate: int = 200, native: bool = False, gil: bool = False):
     """py-spy samples every thread of `pid` into `raw` while the block runs: without pausing it, or (native) pausing
-    it for each sample to read the C/C++ frames too (torch's, CUDA's)."""
-    how = ["--native"] if native else ["--nonblocking"]
+    it for each sample to read the C/C++ frames too (torch's, CUDA's); gil: only the thread holding the GIL (who
+    keeps the others waiting)."""
+    how = (["--native"] if native else ["--nonblocking"]) + (["--gil"] if gil else [])
     proc = subprocess.Popen([binary, "record", "-p", str(pid), "-r", str(rate), "-f", "raw", "-o", str(raw),
                              "--threads", *how], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
