@@ -231,50 +231,67 @@ def test_a_greedy_admission_replays_a_captured_prefill(tiny_bundle):
     assert len(graphed.prefills.captured) == 2  # sampled: eager
 
 
+HOLES_PROMPTS = [[5, 6, 7], list(range(100, 120)), [40, 41], [9, 8, 7, 6], list(range(60, 75)), [3], [11, 12, 13]]
+
+
+def admit_into_holes(engine):
+    """Admit, step, cancel, admit into the holes; -> each request's tokens, and the slots each admission took."""
+    out, where, rid = {}, [], {}  # rid: slot -> request index
+
+    def admit(ids, n):
+        ups = engine.admit([HOLES_PROMPTS[i] for i in ids], SamplingParams(max_new_tokens=n))
+        where.append([u.slot for u in ups])
+        for i, u in zip(ids, ups):
+            rid[u.slot] = i
+            out[i] = list(u.tokens)
+
+    def step(times):
+        for _ in range(times):
+            for u in engine.step():
+                out[rid[u.slot]] += u.tokens
+
+    admit([0, 1, 2], 40)  # three rows at once: padded to four staged rows
+    step(2)
+    engine.retire(1)  # request 1 leaves: slot 1 is free, and 3.. after it
+    admit([3, 4], 30)  # slots 1 and 3: not consecutive, one replay
+    step(2)
+    admit([5], 20)  # slot 4: the one-row capture, replayed at another slot
+    step(2)
+    admit([6], 10)
+    while engine.running:
+        step(1)
+    return out, where
+
+
 def test_a_captured_prefill_serves_any_free_slots(tiny_bundle):
     """A staged prefill fills the rows past the capacity, then copies them into the free slots it was given (an
     input of the capture): requests that join a running batch in scattered slots, several at once, decode as they
     do eagerly, for every proposer, and a capture made for one set of slots is replayed for another."""
     from specdec.decoder.engine import STAGE_ROWS
 
-    prompts = [[5, 6, 7], list(range(100, 120)), [40, 41], [9, 8, 7, 6], list(range(60, 75)), [3], [11, 12, 13]]
-    params = lambda n: SamplingParams(max_new_tokens=n)  # noqa: E731
-
-    def serve(engine):
-        """Admit, step, cancel, admit into the holes; -> each request's tokens, and where each was admitted."""
-        out, where = {}, []
-        rid = {}  # slot -> request index
-
-        def admit(ids, n):
-            ups = engine.admit([prompts[i] for i in ids], params(n))
-            where.append([u.slot for u in ups])
-            for i, u in zip(ids, ups):
-                rid[u.slot] = i
-                out[i] = list(u.tokens)
-
-        def step(times):
-            for _ in range(times):
-                for u in engine.step():
-                    out[rid[u.slot]] += u.tokens
-
-        admit([0, 1, 2], 40)  # three rows at once: padded to four staged rows
-        step(2)
-        engine.retire(1)  # request 1 leaves: slot 1 is free, and 3.. after it
-        admit([3, 4], 30)  # slots 1 and 3: not consecutive, one replay
-        step(2)
-        admit([5], 20)  # slot 4: the one-row capture, replayed at another slot
-        step(2)
-        admit([6], 10)
-        while engine.running:
-            step(1)
-        return out, where
-
     for m in ("ar", "eagle", "mtp", "draft", "heads"):
         eager = Engine(tiny_bundle, m, k=3, max_batch=6, cuda_graphs="off")
         graphed = Engine(tiny_bundle, m, k=3, max_batch=6, cuda_graphs="emulate")
-        (want, slots), (got, slots_g) = serve(eager), serve(graphed)
+        (want, slots), (got, slots_g) = admit_into_holes(eager), admit_into_holes(graphed)
         assert slots == slots_g == [[0, 1, 2], [1, 3], [4], [5]]
         assert got == want, m
         assert sorted({(name, shapes[0][0]) for name, _, _, shapes in graphed.prefills.captured}) == [
             ("prefill 1", 1), ("prefill 2", 2), ("prefill 4", 4)], m  # slots 4 and 5 replayed one capture
         assert graphed.cache.batch == 6 + STAGE_ROWS and eager.cache.batch == 6  # the staging rows: under graphs only
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA; test_a_captured_prefill_serves_any_free_slots "
+                    "is its CPU twin (emulated graphs)")
+def test_a_captured_prefill_serves_any_free_slots_on_gpu():
+    """The same admissions under real CUDA graphs (fp32): the staged prefill and its copy into the free slots decode as
+    eager, token for token."""
+    from specdec.zoo import load_bundle
+
+    bundle = load_bundle("tiny", device="cuda", dtype=torch.float32)
+    for m in ("ar", "eagle", "mtp", "draft", "heads"):
+        eager = Engine(bundle, m, k=3, max_batch=6, cuda_graphs="off")
+        graphed = Engine(bundle, m, k=3, max_batch=6, cuda_graphs="on")
+        (want, slots), (got, slots_g) = admit_into_holes(eager), admit_into_holes(graphed)
+        assert slots == slots_g and got == want, m
+        assert {name for name, _, _, _ in graphed.prefills.captured} == {"prefill 1", "prefill 2", "prefill 4"}, m
