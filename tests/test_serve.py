@@ -11,7 +11,7 @@ import pytest
 import requests
 from serve_tools import idle, running_server, stream_events
 
-from specdec.decoder.engine import Engine
+from specdec.decoder.engine import Engine, SamplingParams
 
 PROMPTS = ["import os\nimport sys\n\ndef main(", "Monday, Tuesday, Wednesday,",
            "class Queue:\n    def __init__(self, maxsize=0):\n        self.", "x = 1\nfor i in range(10):\n"]
@@ -312,3 +312,28 @@ def test_a_tree_is_served_with_the_same_tokens_and_sglangs_numbers(tiny_bundle, 
     assert info["internal_states"][0]["max_speculative_num_draft_tokens"] == 6
     assert 'sglang:spec_num_draft_tokens{model_name="tiny"} 6.0' in metrics
     assert any(name == "tree" for name, *_ in sched.engine.graphs.captured)
+
+
+def test_a_caller_behind_the_engine_gets_the_newest_state_and_never_skips_the_end():
+    """Handle.newest: of the states queued behind the one in hand, the newest before the final state or an error;
+    the final state and an error are never skipped, and an empty queue leaves the state in hand."""
+    import asyncio
+
+    from specdec.serving.server.scheduler import EngineError, Handle, Progress, Request
+
+    async def run():
+        h = Handle(Request([1], SamplingParams()), scheduler=None, loop=asyncio.get_running_loop())
+        states = [Progress(output_ids=[7] * n) for n in range(1, 6)]
+        states[3].finish_reason = {"type": "length"}
+        for s in states[1:]:
+            h.events.put_nowait(s)
+        got = h.newest(states[0])
+        assert got is states[3] and h.events.get_nowait() is states[4]  # stopped at the final state
+        assert h.newest(states[4]) is states[4] and h.events.empty()
+        error = EngineError("boom")
+        for e in (states[0], error, states[1]):
+            h.events.put_nowait(e)
+        assert h.newest(h.events.get_nowait()) is error and h.events.get_nowait() is states[1]
+        assert h.newest(error) is error
+
+    asyncio.run(run())

@@ -144,6 +144,7 @@ def build_app(scheduler: Scheduler, args: ServerArgs, api_key: str | None = None
 
     async def events(handle: Handle, request: HTTPRequest):
         """The request's progress events until it finishes; cancels it if the caller leaves."""
+        first = True
         try:
             while True:
                 if handle.events.empty():
@@ -155,11 +156,9 @@ def build_app(scheduler: Scheduler, args: ServerArgs, api_key: str | None = None
                         continue
                 else:
                     p = handle.events.get_nowait()
-                # A caller that fell behind the engine gets its newest state only: every event holds the whole
-                # output so far, so skipping older ones loses nothing and a busy server writes fewer, larger
-                # chunks (SGLang's tokenizer manager drains a request's queued outputs and sends the last)
-                while isinstance(p, Progress) and p.finish_reason is None and not handle.events.empty():
-                    p = handle.events.get_nowait()
+                if not first:  # the first token goes alone: a stream of several steps always streams
+                    p = handle.newest(p)
+                first = False
                 if isinstance(p, EngineError):
                     raise p
                 if isinstance(p, Exception):

@@ -100,6 +100,15 @@ class Handle:
     def push(self, event) -> None:  # from the scheduler's thread
         self.loop.call_soon_threadsafe(self.events.put_nowait, event)
 
+    def newest(self, event):
+        """`event`, or the newest state queued after it: a caller that fell behind the engine skips the states in
+        between. Each holds the whole output so far, so nothing is lost, and a busy server writes fewer, larger
+        chunks (SGLang's tokenizer manager drains a request's queued outputs and sends the last). Stops at the
+        final state or an error, which are never skipped."""
+        while isinstance(event, Progress) and event.finish_reason is None and not self.events.empty():
+            event = self.events.get_nowait()
+        return event
+
     def cancel(self) -> None:
         """The caller left: free the row (or drop the waiting request)."""
         if not self.done:
