@@ -1,7 +1,9 @@
 """The step-level engine: rows join (admit) and leave (retire) a running batch between steps.
 
 `admit` prefills prompts into free rows, `step` advances every running row by one plain or
-speculative step (step.py), a finished row frees its slot at once. Lab 3's server drives this
+speculative step (step.py), a finished row frees its slot at once. Under CUDA graphs a greedy
+admission is prefilled in staging rows past the capacity and copied into its free slots, so one
+captured prefill per row count and prompt bucket serves whichever slots are free. Lab 3's server drives this
 loop directly (continuous batching); generate.py's `generate` is a thin loop over it. The host
 keeps one `Row` record per running row; its device side lives at a fixed slot of preallocated
 tensors (step.Rows). A step runs on slots 0..width-1 and free rows ride along, so under CUDA
