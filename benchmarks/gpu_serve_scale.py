@@ -28,7 +28,6 @@ for p in (str(ROOT), str(ROOT / "benchmarks")):
 
 import gpu_tree_sweep as ts  # noqa: E402
 
-from specdec.serving.measure.bench import SweepConfig, run_sweep  # noqa: E402
 from specdec.serving.ops.launch import LaunchConfig  # noqa: E402
 
 ZOO = ROOT / "specdec" / "zoo" / "tiny"
@@ -61,30 +60,13 @@ def run_kind(kind: str, names: list[str], args, summary: dict, out: Path) -> Non
     part = summary.setdefault(kind, {})
 
     def measure(name, srv):
-        cfg = SweepConfig(srv.url, tuple(args.categories), tuple(args.concurrency), args.max_new_tokens,
-                          warmup=args.warmup, min_run_s=args.min_run_s)
         t = time.time()
-        if args.pyspy and kind == "ours":  # who holds the GIL over the sweep (benchmarks/pyspy.py)
-            from pyspy import record, summarize
-
-            raw = out / f"pyspy_{name}.txt"
-            with record(args.pyspy, srv.pid, raw, gil=True):
-                sweep = run_sweep(cfg, progress=False)
-            ts.say(f"{kind} {name}: py-spy --gil over the sweep\n" + "\n".join(summarize(raw, top=30)))
-        else:
-            sweep = run_sweep(cfg, progress=False)
-        (out / f"sweep_{kind}_{name}.json").write_text(json.dumps(sweep, indent=1))
+        sweep, loop = ts.sweep_one(kind, name, srv, args, out, pyspy=args.pyspy, gil=True)
         part[name] = {"startup_s": getattr(srv, "startup_s", None), "sweep_s": round(time.time() - t, 1),
                       "server": sweep["server"], "by_concurrency": ts.condense(sweep, args.max_running)}
-        if kind == "ours":
-            loop = srv.client().server_info().raw["internal_states"][0].get("loop_seconds", {})
+        if loop is not None:
             part[name]["loop_seconds"] = loop
-            ts.say(f"{kind} {name}: engine thread over the sweep, seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in loop.items()))
-        for c, r in part[name]["by_concurrency"].items():
-            ms = lambda s: "-" if s is None else f"{s * 1000:.2f}"  # noqa: E731
-            al = "-" if r["accept_length_sglang"] is None else f"{r['accept_length_sglang']:.2f}"
-            ts.say(f"{kind} {name} c={c}: {r['output_tok_s'] or 0:.0f} tok/s, accept length {al}, "
-                   f"step {ms(r['step_time_s'])} ms (server) / {ms(r['step_time_s_client'])} ms (client), {r['errors']} errors")
+        ts.say_levels(kind, name, part[name]["by_concurrency"])
 
     measure_one_by_one(servers, measure, lambda name, err: part.__setitem__(name, {"error": err}),
                        lambda: ts.save(summary, out))

@@ -157,6 +157,41 @@ def session_left(pid: int, within: float = 15.0) -> list[int]:
         time.sleep(0.5)
 
 
+def sweep_one(kind: str, name: str, srv, args, out: Path, pyspy: str | None = None, native: bool = False,
+              gil: bool = False) -> tuple[dict, dict | None]:
+    """One started server swept by the course's benchmark (args: categories, concurrency, max_new_tokens, warmup,
+    min_run_s), its sweep written to `out`; ours sampled by py-spy if given (benchmarks/pyspy.py: every thread, or
+    native frames, or only the GIL's holder). -> (the sweep, ours: the engine thread's loop_seconds over it)."""
+    cfg = SweepConfig(srv.url, tuple(args.categories), tuple(args.concurrency), args.max_new_tokens,
+                      warmup=args.warmup, min_run_s=args.min_run_s)
+    file = name.replace(",", "-")
+    if pyspy and kind == "ours":
+        from pyspy import record, summarize
+
+        raw = out / f"pyspy_{file}.txt"
+        with record(pyspy, srv.pid, raw, rate=100 if native else 200, native=native, gil=gil):
+            sweep = run_sweep(cfg, progress=False)
+        say(f"{kind} {name}: py-spy{' --gil' if gil else ''} over the sweep\n" + "\n".join(summarize(raw, top=30)))
+    else:
+        sweep = run_sweep(cfg, progress=False)
+    (out / f"sweep_{kind}_{file}.json").write_text(json.dumps(sweep, indent=1))
+    if kind != "ours":
+        return sweep, None
+    # where our engine thread's time went over the whole sweep (warm-ups included): our /server_info's loop_seconds
+    loop = srv.client().server_info().raw["internal_states"][0].get("loop_seconds", {})
+    say(f"{kind} {name}: engine thread over the sweep, seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in loop.items()))
+    return sweep, loop
+
+
+def say_levels(kind: str, name: str, by_concurrency: dict) -> None:
+    """One line per concurrency of a condensed sweep."""
+    ms = lambda s: "-" if s is None else f"{s * 1000:.2f}"  # noqa: E731
+    for c, r in by_concurrency.items():
+        al = "-" if r["accept_length_sglang"] is None else f"{r['accept_length_sglang']:.2f}"
+        say(f"{kind} {name} c={c}: {r['output_tok_s'] or 0:.0f} tok/s, accept length {al}, "
+            f"step {ms(r['step_time_s'])} ms (server) / {ms(r['step_time_s_client'])} ms (client), {r['errors']} errors")
+
+
 def run_kind(kind: str, shapes: list, args, summary: dict, out: Path) -> None:
     """Start every shape's server of this kind together, then sweep them one at a time, stopping each when done."""
     from gpu_lab3 import measure_one_by_one, start_all
@@ -173,32 +208,12 @@ def run_kind(kind: str, shapes: list, args, summary: dict, out: Path) -> None:
             part[name] = {"skipped": f"past --deadline-s {args.deadline_s:.0f} s; run it in a call of its own"}
             say(f"{kind} {name}: skipped, the deadline is near")
             return
-        cfg = SweepConfig(srv.url, tuple(args.categories), tuple(args.concurrency), args.max_new_tokens,
-                          warmup=args.warmup, min_run_s=args.min_run_s)
         t = time.time()
-        if args.pyspy and kind == "ours":  # where the server's threads spend the sweep (benchmarks/pyspy.py)
-            from pyspy import record, summarize
-
-            raw = out / f"pyspy_{name.replace(',', '-')}.txt"
-            with record(args.pyspy, srv.pid, raw, rate=100 if args.pyspy_native else 200, native=args.pyspy_native):
-                sweep = run_sweep(cfg, progress=False)
-            say(f"{kind} {name}: py-spy over the sweep\n" + "\n".join(summarize(raw, top=30)))
-        else:
-            sweep = run_sweep(cfg, progress=False)
-        (out / f"sweep_{kind}_{name.replace(',', '-')}.json").write_text(json.dumps(sweep, indent=1))
-        if kind == "ours":  # where our engine thread's time went over the whole sweep (warm-ups included)
-            loop = srv.client().server_info().raw["internal_states"][0].get("loop_seconds", {})
-            say(f"{kind} {name}: engine thread over the sweep, seconds: "
-                + ", ".join(f"{k} {v:.2f}" for k, v in loop.items()))
+        sweep, loop = sweep_one(kind, name, srv, args, out, pyspy=args.pyspy, native=args.pyspy_native)
         part[name] = {"startup_s": getattr(srv, "startup_s", None), "sweep_s": round(time.time() - t, 1),
                       "server": sweep["server"], "step_time": sweep["step_time"],
                       "by_concurrency": condense(sweep, args.max_running)}
-        for c, r in part[name]["by_concurrency"].items():
-            ms = lambda s: "-" if s is None else f"{s * 1000:.2f}"  # noqa: E731
-            al = "-" if r["accept_length_sglang"] is None else f"{r['accept_length_sglang']:.2f}"
-            say(f"{kind} {name} c={c}: {r['output_tok_s'] or 0:.0f} tok/s, accept length {al}, "
-                f"step {ms(r['step_time_s'])} ms (server) / {ms(r['step_time_s_client'])} ms (client), "
-                f"{r['errors']} errors")
+        say_levels(kind, name, part[name]["by_concurrency"])
 
     def error(name, err):
         part[name] = {"error": err}

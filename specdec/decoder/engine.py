@@ -316,7 +316,8 @@ class Engine:
         slots and lengths, and the rows' tensors (a staged prefill into its free slots)."""
         self.cache.copy_rows(src, dst, slots)
         for t in self.rows.tensors():
-            t[dst] = t[src]
+            if t is not self.cache.lengths:  # the rows' lengths are the cache's, copied just above
+                t[dst] = t[src]
         if self.proposer is not None:
             self.proposer.copy_rows(src, dst, slots)
 

@@ -2,8 +2,9 @@
 
 Endpoints: /health, /health_generate, /generate, /v1/models, /v1/completions,
 /v1/chat/completions, /server_info (= /get_server_info), /flush_cache, /metrics. Shapes follow
-SGLang 0.5.16. Two differences a student can see: the server-wide accept length is exact (SGLang
-folds it in every 40 steps, so it lags), and `"return_spec_trace": true` returns each step's drafts.
+SGLang 0.5.16. Three differences a student can see: the server-wide accept length is exact (SGLang
+folds it in every 40 steps, so it lags), `"return_spec_trace": true` returns each step's drafts, and
+/server_info's `loop_seconds` says where the engine thread's time went (admitting, stepping, delivering).
 """
 
 from __future__ import annotations

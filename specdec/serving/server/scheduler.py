@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import dataclasses
 import itertools
 import logging
 import threading
