@@ -109,6 +109,20 @@ PREFILL_BUCKETS = (16, 32, 64, 128, 256, 512)
 STAGE_ROWS = 4
 
 
+def check_prompt(prompt: list[int], params: SamplingParams, vocab: int, max_len: int, reserve: int) -> None:
+    """Engine.check_prompt's rule from plain numbers (a server's HTTP process checks with them, without the model):
+    `reserve` cache slots past the output (a step's block under speculation, else 1)."""
+    if len(prompt) == 0:
+        raise ValueError("every prompt needs at least one token")
+    if any(not isinstance(t, (int, np.integer)) or not 0 <= t < vocab for t in prompt):
+        raise ValueError(f"token ids must be integers in 0..{vocab - 1}")
+    params.check()
+    need = len(prompt) + params.max_new_tokens + reserve
+    if need > max_len:
+        raise ValueError(f"prompt ({len(prompt)}) + max_new_tokens ({params.max_new_tokens}) + k needs {need} "
+                         f"cache slots; this engine has {max_len}")
+
+
 def consecutive(slots: list[int]) -> list[list[int]]:
     """[0, 1, 2, 5, 6, 9] -> [[0, 1, 2], [5, 6], [9]]: runs of consecutive slots, in order."""
     runs: list[list[int]] = []
@@ -207,16 +221,8 @@ class Engine:
 
     def check_prompt(self, prompt: list[int], params: SamplingParams) -> None:
         """A clear ValueError for what this engine cannot decode."""
-        if len(prompt) == 0:
-            raise ValueError("every prompt needs at least one token")
-        vocab = self.target.config.vocab_size
-        if any(not isinstance(t, (int, np.integer)) or not 0 <= t < vocab for t in prompt):
-            raise ValueError(f"token ids must be integers in 0..{vocab - 1}")
-        params.check()
-        need = len(prompt) + params.max_new_tokens + (self.block if self.proposer is not None else 1)
-        if need > self.max_len:
-            raise ValueError(f"prompt ({len(prompt)}) + max_new_tokens ({params.max_new_tokens}) + k needs {need} "
-                             f"cache slots; this engine has {self.max_len}")
+        check_prompt(prompt, params, self.target.config.vocab_size, self.max_len,
+                     self.block if self.proposer is not None else 1)
 
     @torch.no_grad()
     def admit(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]) -> list[RowUpdate]:

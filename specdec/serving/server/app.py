@@ -31,6 +31,7 @@ from specdec.decoder.kv_cache import KVCache
 from specdec.serving.server import protocol
 from specdec.serving.server.protocol import BadRequest
 from specdec.serving.server.scheduler import EngineError, Handle, Progress, Request, Scheduler
+from specdec.serving.server.wire import EngineFacts
 
 API_VERSION = "0.5.16"  # the SGLang release whose response shapes this server follows
 POLL_S = 0.5  # how often a non-streaming request checks that its caller is still there
@@ -119,6 +120,7 @@ class Gate:
 
 
 def build_app(scheduler: Scheduler, args: ServerArgs, api_key: str | None = None) -> FastAPI:
+    """The app over a Scheduler, or over a proxy.EngineProxy (the same interface; its `engine` is EngineFacts)."""
     engine, tokenizer = scheduler.engine, scheduler.tokenizer
     speculative, k = engine.proposer is not None, engine.k
     # unknown request fields, each named once; and once, a request naming another model than this one
@@ -314,7 +316,7 @@ def build_app(scheduler: Scheduler, args: ServerArgs, api_key: str | None = None
                     "effective_max_running_requests_per_dp": args.max_running_requests,
                     "num_running_reqs": state["num_running_reqs"], "num_queue_reqs": state["num_queue_reqs"],
                     "step_time_dict": state["step_time_dict"]}
-        internal["memory_usage"] = memory_usage(engine)
+        internal["memory_usage"] = engine.memory if isinstance(engine, EngineFacts) else memory_usage(engine)
         internal["loop_seconds"] = state["loop_seconds"]  # ours, not SGLang's: the engine thread's admit/step/deliver
         internal["max_speculative_num_draft_tokens"] = args.draft_tokens()
         if "avg_spec_accept_length" in state:  # as in SGLang, absent until a verify step has been counted

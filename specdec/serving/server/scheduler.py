@@ -157,14 +157,18 @@ class Scheduler:
         """Queue a request (already checked against the engine); its events arrive on the handle."""
         handle = Handle(request, self, asyncio.get_running_loop())
         request.rid = request.rid or f"{next(self.ids):x}"
+        self.enqueue(handle)
+        return handle
+
+    def enqueue(self, handle) -> None:
+        """Queue a handle made by the caller (submit's, or the engine process's stand-in for a remote one)."""
         with self.cv:
             if self.error is not None:  # the engine is gone: say so now rather than queue forever
                 handle.done = True
-                handle.push(EngineError("the engine has stopped; the server is exiting"))
-                return handle
+                self._push(handle, EngineError("the engine has stopped; the server is exiting"))
+                return
             self.waiting.append(handle)
             self.cv.notify()
-        return handle
 
     def cancel(self, handle: Handle) -> None:
         with self.cv:
@@ -221,7 +225,7 @@ class Scheduler:
                 self.rows.clear()
             for h in handles:
                 h.done = True
-                h.push(EngineError(f"the engine stopped: {type(exc).__name__}: {exc}"))
+                self._push(h, EngineError(f"the engine stopped: {type(exc).__name__}: {exc}"))
 
     def _loop(self) -> None:
         while True:
@@ -266,11 +270,20 @@ class Scheduler:
             with self.cv:
                 self.counters["generation_tokens"] += self.generated
             self.generated = 0
+        if events:
+            self._publish(events)
+
+    def _publish(self, events: list[tuple[Handle, object]]) -> None:
+        """One step's events to their callers: here, onto asyncio queues (the engine process sends them instead)."""
         loops: dict[int, tuple] = {}  # id(loop) -> (loop, its events)
         for handle, event in events:
             loops.setdefault(id(handle.loop), (handle.loop, []))[1].append((handle, event))
         for loop, batch in loops.values():
             loop.call_soon_threadsafe(_put_all, batch)
+
+    def _push(self, handle: Handle, event) -> None:
+        """An event outside a step's batch (an error): to its caller at once."""
+        handle.push(event)
 
     def _drop_cancelled(self) -> None:
         if not self.cancelled:
@@ -290,7 +303,7 @@ class Scheduler:
         for slot, (handle, _) in rows:
             self.engine.retire(slot)
             handle.done = True
-            handle.push(error)
+            self._push(handle, error)
 
     def _admit(self, handles: list[Handle]) -> None:
         try:  # all or nothing: engine.admit leaves no row behind when it raises
@@ -303,7 +316,7 @@ class Scheduler:
             if not isinstance(exc, ValueError):
                 log.exception("admitting a request failed")
             handles[0].done = True
-            handles[0].push(exc if isinstance(exc, ValueError) else EngineError(f"{type(exc).__name__}: {exc}"))
+            self._push(handles[0], exc if isinstance(exc, ValueError) else EngineError(f"{type(exc).__name__}: {exc}"))
             return
         with self.cv:
             for h, up in zip(handles, updates):
