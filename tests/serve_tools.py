@@ -75,3 +75,52 @@ def idle(scheduler, timeout: float = 10) -> bool:
             return False
         time.sleep(0.02)
     return True
+
+
+def build_zoo_engine(options: dict):
+    """In a spawned engine process: the tiny zoo's Engine, as running_server builds it (module-level, so it pickles
+    by name; the engine process imports this module from the tests' folder, which the spawn puts on its path)."""
+    import torch
+
+    from specdec.serving.server.engine_process import Loaded
+    from specdec.zoo import load_bundle
+
+    torch.set_num_threads(1)
+    options = dict(options)
+    bundle = load_bundle("tiny", device="cpu", dtype=torch.float32)
+    method = options.pop("method")
+    return Loaded(Engine(bundle, method, cuda_graphs="off", **options), bundle.tokenizer,
+                  model_path=str(bundle.paths.get("target", "")), name="tiny")
+
+
+@contextmanager
+def running_two_process_server(method="mtp", k=4, max_batch=8, max_len=512, api_key=None, **engine_args):
+    """As running_server, with the engine in a process of its own (as `specdec serve` runs it): yields
+    (base URL, EngineProxy); stops the server and the engine process on exit."""
+    from specdec.serving.server.proxy import start_engine
+
+    proxy = start_engine(build_zoo_engine, dict(method=method, k=k, max_batch=max_batch, max_len=max_len,
+                                                **engine_args), timeout=120)
+    sock = bind("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    args = ServerArgs(model_path=proxy.engine.model_path, served_model_name="tiny",
+                      speculative_algorithm=None if method == "ar" else method,
+                      speculative_num_steps=None if method == "ar" else k, host="127.0.0.1", port=port,
+                      max_running_requests=max_batch, context_length=max_len, api_key_set=bool(api_key),
+                      device="cpu", dtype="float32")
+    server = uvicorn.Server(uvicorn.Config(build_app(proxy, args, api_key), log_level="warning"))
+    proxy.start()
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the test server did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}", proxy
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        proxy.stop()
+        sock.close()

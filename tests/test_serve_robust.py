@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import requests
@@ -227,9 +228,10 @@ def test_a_non_streaming_client_that_hangs_up_is_cancelled(tiny_bundle):
 
 
 # -- the process: signals and a dying engine ---------------------------------------------------------
-def start_serve(*extra: str, code: str | None = None) -> tuple[subprocess.Popen, str]:
-    """`specdec serve` as a script's `&` starts it (SIGINT ignored); -> (process, URL) once it listens."""
-    argv = [sys.executable, "-c", code, *extra] if code else [sys.executable, "-m", "specdec", "serve", *extra]
+def start_serve(*extra: str, script: Path | None = None) -> tuple[subprocess.Popen, str]:
+    """`specdec serve` as a script's `&` starts it (SIGINT ignored), or `script` in its place; -> (process, URL)
+    once it listens."""
+    argv = [sys.executable, str(script), *extra] if script else [sys.executable, "-m", "specdec", "serve", *extra]
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     for line in p.stdout:
@@ -282,19 +284,24 @@ def test_a_stop_signal_drains_and_exits_0(sig):
         stop_group(p)
 
 
+# A script, not `python -c`: the engine runs in a spawned process, which imports the main script (as __mp_main__,
+# without running its __main__ block) before it builds the engine, so the planted bug is planted there too.
 DYING = """
 import sys
 from specdec.serving.server import scheduler
 def planted(self, handles):
     raise SystemError("planted engine bug")
 scheduler.Scheduler._admit = planted
-from specdec.cli import main
-sys.exit(main(["serve"] + sys.argv[1:]))
+if __name__ == "__main__":
+    from specdec.cli import main
+    sys.exit(main(["serve"] + sys.argv[1:]))
 """
 
 
-def test_a_dead_engine_exits_the_process_non_zero():
-    p, url = start_serve("--model", "tiny", "--port", "0", code=DYING)
+def test_a_dead_engine_exits_the_process_non_zero(tmp_path):
+    script = tmp_path / "dying_serve.py"
+    script.write_text(DYING)
+    p, url = start_serve("--model", "tiny", "--port", "0", script=script)
     try:
         wait_healthy(url)
         r = requests.post(f"{url}/generate", json={"text": "a", "sampling_params": {"max_new_tokens": 2}}, timeout=30)

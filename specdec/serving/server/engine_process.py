@@ -75,6 +75,7 @@ class RemoteScheduler(Scheduler):
         self.conn = conn
         self.send_lock = threading.Lock()  # the loop's thread and the pipe's reader both send
         self.handles: dict[int, RemoteHandle] = {}
+        self.announced = False  # that the loop died
 
     def send(self, message) -> None:
         try:
@@ -94,7 +95,14 @@ class RemoteScheduler(Scheduler):
         self.send(("events", [self._encode(h, e) for h, e in events]))
 
     def _push(self, handle: RemoteHandle, event) -> None:
+        if self.error is not None:  # the loop died: say so before its callers' errors (their status is 503, not 500)
+            self._announce_death()
         self.send(("events", [self._encode(handle, event)]))
+
+    def _announce_death(self) -> None:
+        if not self.announced:
+            self.announced = True
+            self.send(("died", f"{type(self.error).__name__}: {self.error}"))
 
     def _encode(self, h: RemoteHandle, event) -> tuple:
         if isinstance(event, Exception):  # a ValueError (a 400) or an EngineError (a 500); plain, to pickle safely
@@ -115,8 +123,8 @@ class RemoteScheduler(Scheduler):
 
     def _run(self) -> None:
         super()._run()
-        if self.error is not None:  # the loop died (its callers were told): so does this process, status 1
-            self.send(("died", f"{type(self.error).__name__}: {self.error}"))
+        if self.error is not None:  # the loop died: the HTTP process exits 1, and stops this one
+            self._announce_death()
 
     # -- the HTTP process's messages -------------------------------------------------------------------
     def receive(self, message: tuple) -> bool:
