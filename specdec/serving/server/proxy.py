@@ -58,6 +58,10 @@ class EngineProxy:
             return handle
         handle.key = next(self.keys)
         self.handles[handle.key] = (handle, Progress())
+        if self.error is not None and self.handles.pop(handle.key, None) is not None:  # it died meanwhile
+            handle.done = True
+            handle.push(self.error)
+            return handle
         self._send(("submit", handle.key, request))
         return handle
 
