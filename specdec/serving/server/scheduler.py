@@ -5,6 +5,10 @@ HTTP handlers never touch the model. They `submit` a Request and read its Handle
 loop admits waiting requests into free rows (up to the engine's max_batch), steps every running
 row, hands each request the tokens its row kept, and retires a row the moment its request ends
 (EOS, its budget, a stop string, or the caller leaving).
+
+`specdec serve` runs this loop in a process of its own (engine_process.py, beside proxy.py on the HTTP side);
+tests and notebooks run it in-process, as a thread. The seams `enqueue`, `_push` and `_publish` are where the
+engine process hands its events to the pipe instead of to asyncio queues.
 """
 
 from __future__ import annotations
