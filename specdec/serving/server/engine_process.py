@@ -23,6 +23,8 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import torch
+
 from specdec.decoder.engine import Engine
 from specdec.serving.server.app import describe, memory_usage
 from specdec.serving.server.scheduler import EngineError, Prefix, Progress, Request, Scheduler
@@ -169,7 +171,7 @@ def serve(conn, build: Callable[[object], Loaded], options) -> None:
     engine = loaded.engine
     facts = EngineFacts(max_len=engine.max_len, k=engine.k, block=engine.block, capacity=engine.capacity,
                         vocab_size=engine.target.config.vocab_size, speculative=engine.proposer is not None,
-                        memory=memory_usage(engine), description=describe(engine), threads=_threads(),
+                        memory=memory_usage(engine), description=describe(engine), threads=torch.get_num_threads(),
                         model_path=loaded.model_path, name=loaded.name)
     scheduler = RemoteScheduler(engine, loaded.tokenizer, conn)
     loading.clear()  # from here the reader below watches the pipe
@@ -201,8 +203,3 @@ def _watch_while_loading(conn, loading: threading.Event) -> None:
         except (EOFError, OSError):
             os._exit(0)
 
-
-def _threads() -> int:
-    import torch
-
-    return torch.get_num_threads()
