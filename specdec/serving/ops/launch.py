@@ -281,7 +281,7 @@ class LaunchConfig:
         if tree and a not in ("EAGLE", "NEXTN", "HEADS"):
             _fail(f"specdec serve drafts a tree (topk {self.topk}) with EAGLE, NEXTN or HEADS only, not {a}")
         if self.tp > 1 or self.dp > 1 or self.nnodes > 1:
-            _fail("specdec serve runs one process on one device: tp, dp and nnodes must be 1")
+            _fail("specdec serve runs one engine on one device: tp, dp and nnodes must be 1")
         cmd = [python, "-m", "specdec", "serve", "--model", self.model, "--speculative-algorithm", SPECDEC_NAMES[a]]
         if self.draft:
             cmd += ["--speculative-draft-model-path", self.draft]
