@@ -24,7 +24,7 @@ _WHERE: dict[str, str] = {
     "tree_pays": "specdec.sim.tree:tree_pays",
     # Lab 2: the decoder (torch)
     "Engine": "specdec.decoder.engine:Engine",
-    "SamplingParams": "specdec.decoder.engine:SamplingParams",
+    "SamplingParams": "specdec.decoder.params:SamplingParams",
     "make_proposer": "specdec.decoder.engine:make_proposer",
     "KVCache": "specdec.decoder.kv_cache:KVCache",
     "Proposer": "specdec.decoder.proposers:Proposer",
@@ -32,7 +32,7 @@ _WHERE: dict[str, str] = {
     "accept": "specdec.decoder.verify:accept",
     "greedy_accept": "specdec.decoder.verify:greedy_accept",
     # ... draft trees (topk > 1): the shape, the drafts, the mask, the greedy walk
-    "TreeShape": "specdec.decoder.tree:TreeShape",
+    "TreeShape": "specdec.decoder.params:TreeShape",
     "TreeDrafts": "specdec.decoder.tree:TreeDrafts",
     "tree_mask": "specdec.decoder.tree:tree_mask",
     "tree_greedy_accept": "specdec.decoder.verify:tree_greedy_accept",

@@ -111,6 +111,7 @@ def test_the_cache_lives_where_the_environment_says(tmp_path, monkeypatch):
     import os
 
     from specdec.decoder import compile_cache
+    from specdec.decoder.cuda_graphs import use_cache
 
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.delenv(compile_cache.CACHE_ENV, raising=False)
@@ -118,7 +119,7 @@ def test_the_cache_lives_where_the_environment_says(tmp_path, monkeypatch):
     monkeypatch.setenv(compile_cache.CACHE_ENV, str(tmp_path / "c"))
     assert compile_cache.cache_root() == tmp_path / "c"
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", os.environ.get("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor")))
-    assert compile_cache.use_cache(tmp_path / "c" / "k").is_dir()
+    assert use_cache(tmp_path / "c" / "k").is_dir()
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "c" / "k")
 
 

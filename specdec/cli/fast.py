@@ -15,7 +15,7 @@ import torch
 from specdec.cli.common import UsageError
 from specdec.decoder import compile_cache
 from specdec.decoder.bundle import fuse_bundle
-from specdec.decoder.cuda_graphs import DEFAULT_SCOPE, SCOPES
+from specdec.decoder.cuda_graphs import DEFAULT_SCOPE, SCOPES, use_cache
 from specdec.decoder.tree import TreeShape
 from specdec.zoo import load_bundle
 from specdec.zoo.dummy import random_bundle
@@ -122,7 +122,7 @@ def setup_compile(args: argparse.Namespace, bundle, device: str) -> str | bool:
     warm = folder is not None and folder.is_dir() and any(folder.iterdir())
     on = compile_choice(args.compile, torch.device(device).type, args.cuda_graphs, warm)
     if on and folder is not None:
-        args.compile_dir = compile_cache.use_cache(folder)
+        args.compile_dir = use_cache(folder)
     return args.compile_scope if on else False
 
 

@@ -4,7 +4,8 @@ Inductor keeps compiled graphs (its FX graph cache), Triton kernels and tuned ti
 on disk under TORCHINDUCTOR_CACHE_DIR, by default in /tmp, which a reboot or another user's clean-up empties.
 Here they live under a per-user directory, one folder per model shape, dtype, GPU and torch version: a
 second start finds every kernel and tuning result there and skips inductor's minutes of work (tracing still
-runs, a few seconds).
+runs, a few seconds). No torch here, so that the command line names the folder without importing it:
+cuda_graphs.use_cache points inductor at a folder.
 """
 
 from __future__ import annotations
@@ -14,8 +15,6 @@ import json
 import os
 import re
 from pathlib import Path
-
-import torch  # its _inductor loads lazily, on first use: below, only when compiling
 
 CACHE_ENV = "SPECDEC_COMPILE_DIR"  # where the per-key folders go (default ~/.cache/specdec/compile)
 # What a compiled step's kernels depend on, of a model's config (names of ModelConfig / config.json)
@@ -42,14 +41,3 @@ def cache_key(shape: dict, dtype: str, gpu: str, torch_version: str, scope: str 
     readable = f"{gpu}-torch{torch_version}-{dtype}-L{kept['num_hidden_layers']}-H{kept['hidden_size']}"
     readable += ("" if scope == "step" else f"-{scope}") + (f"-{drafter}" if drafter else "")
     return re.sub(r"[^A-Za-z0-9.+-]+", "_", readable) + "-" + digest
-
-
-def use_cache(directory: Path) -> Path:
-    """Point inductor's on-disk caches (FX graphs, Triton kernels, autotuning) at `directory`, created if
-    need be. Call it before the first compile of the process."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(directory)
-    torch._inductor.config.fx_graph_cache = True
-    torch._inductor.config.autotune_local_cache = True
-    return directory

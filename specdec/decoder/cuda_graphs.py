@@ -10,12 +10,15 @@ per owner, so that two owners never replay each other's captures.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
+from pathlib import Path
 from typing import Callable
 
 import torch
 from torch.overrides import TorchFunctionMode
 
+from specdec.decoder.params import DEFAULT_SCOPE, SCOPES
 from specdec.decoder.regions import Regions
 
 # What inductor is told when it compiles a step (docs/results.md, the section "Where a batch-1 step's time goes"):
@@ -26,14 +29,6 @@ from specdec.decoder.regions import Regions
 #   A lower threshold of operations for such a broadcast input realizes it (8B step 5.35 -> 4.63 ms).
 INDUCTOR_OPTIONS = {"coordinate_descent_tuning": True, "realize_opcount_threshold": 8}
 
-# What --compile compiles (Engine(compile=...)): "step", each captured step whole (every layer inlined, one trace
-# per capture: the fastest step measured so far, minutes to compile an 8B model); "layers", each decoder layer and
-# the LM head as compile regions (regions.py: one trace per shape serves every layer), the rest of the step eager
-# inside our graph. True means DEFAULT_SCOPE: "step", the scope every figure so far was measured with, until a GPU
-# run shows what "layers" costs per token (benchmarks/gpu_fast_path.py runs both).
-SCOPES = ("step", "layers")
-DEFAULT_SCOPE = "step"
-
 
 def compile_scope(compile: bool | str) -> str | None:
     """Engine(compile=...) -> None (not compiled), "step" or "layers"; True is DEFAULT_SCOPE."""
@@ -43,6 +38,17 @@ def compile_scope(compile: bool | str) -> str | None:
     if scope not in SCOPES:
         raise ValueError(f"compile must be a bool or one of {', '.join(SCOPES)}, got {compile!r}")
     return scope
+
+
+def use_cache(directory: Path) -> Path:
+    """Point inductor's on-disk caches (FX graphs, Triton kernels, autotuning) at `directory`, created if
+    need be (compile_cache.py names it). Call it before the first compile of the process."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(directory)
+    torch._inductor.config.fx_graph_cache = True
+    torch._inductor.config.autotune_local_cache = True
+    return directory
 
 
 class GraphedStep:

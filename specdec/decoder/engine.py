@@ -21,7 +21,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from specdec.decoder.adaptive import AdaptiveK
@@ -29,6 +28,7 @@ from specdec.decoder.cuda_graphs import Graphs, graph_mode, say_eager_once
 from specdec.decoder.generate import DecodeResult, generate
 from specdec.decoder.kv_cache import KVCache
 from specdec.decoder.methods import METHODS
+from specdec.decoder.params import RowUpdate, SamplingParams, check_prompt
 from specdec.decoder.proposers import (
     DraftModelProposer,
     FeatureDraftProposer,
@@ -58,28 +58,6 @@ def make_proposer(method: str, bundle) -> Proposer | None:
 
 
 @dataclass
-class SamplingParams:
-    max_new_tokens: int = 64
-    temperature: float = 0.0  # 0 = greedy
-    top_p: float = 1.0
-    top_k: int = 0  # 0 = no limit
-    stop_at_eos: bool = True
-    seed: int | None = None  # a row of its own random numbers: the same output whatever else runs
-
-    def check(self) -> None:
-        if not (isinstance(self.max_new_tokens, int) and self.max_new_tokens >= 1):
-            raise ValueError(f"max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}")
-        if not self.temperature >= 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature!r}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
-        if not (isinstance(self.top_k, int) and 0 <= self.top_k < 2**31):
-            raise ValueError(f"top_k must be an integer in [0, 2**31), got {self.top_k!r}")
-        if self.seed is not None and not (isinstance(self.seed, int) and 0 <= self.seed < 2**64):
-            raise ValueError(f"seed must be an integer in [0, 2**64), got {self.seed!r}")
-
-
-@dataclass
 class Row:
     """The host's record of one running row; its device side is slot `slot` of the engine's Rows."""
 
@@ -90,37 +68,11 @@ class Row:
     gen: torch.Generator | None = None  # the row's own random numbers, when it has a seed
 
 
-@dataclass
-class RowUpdate:
-    """What the admission or one step did to one row."""
-
-    slot: int
-    tokens: list[int]  # kept this step
-    accepted: int  # drafts accepted (-1: the prefill, or a plain step)
-    proposed: int  # drafts that counted: k, fewer where the row's budget ended the step (0: plain)
-    finished: str | None = None  # "stop" (a stop id), "length" (its budget), or None
-    drafts: list[int] | None = None  # what the proposer guessed this step (None: prefill or plain)
-
-
 # Prompt lengths a captured prefill pads to (longer prompts prefill eagerly: their GPU work outweighs the launches)
 PREFILL_BUCKETS = (16, 32, 64, 128, 256, 512)
 # Rows past the capacity where a captured prefill stages up to this many prompts before copying them into their free
 # slots: the capture then does not depend on which slots are free (one per row count and bucket, not per slot too)
 STAGE_ROWS = 4
-
-
-def check_prompt(prompt: list[int], params: SamplingParams, vocab: int, max_len: int, reserve: int) -> None:
-    """Engine.check_prompt's rule from plain numbers (a server's HTTP process checks with them, without the model):
-    `reserve` cache slots past the output (a step's block under speculation, else 1)."""
-    if len(prompt) == 0:
-        raise ValueError("every prompt needs at least one token")
-    if any(not isinstance(t, (int, np.integer)) or not 0 <= t < vocab for t in prompt):
-        raise ValueError(f"token ids must be integers in 0..{vocab - 1}")
-    params.check()
-    need = len(prompt) + params.max_new_tokens + reserve
-    if need > max_len:
-        raise ValueError(f"prompt ({len(prompt)}) + max_new_tokens ({params.max_new_tokens}) + k needs {need} "
-                         f"cache slots; this engine has {max_len}")
 
 
 def consecutive(slots: list[int]) -> list[list[int]]:

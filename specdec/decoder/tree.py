@@ -18,45 +18,7 @@ from typing import Callable
 
 import torch
 
-
-@dataclass(frozen=True)
-class TreeShape:
-    """SGLang's three numbers: --num-steps (depth), --topk (branching), --num-draft-tokens (verify width, the
-    root included)."""
-
-    num_steps: int
-    topk: int
-    num_draft_tokens: int
-
-    @classmethod
-    def make(cls, num_steps: int, topk: int = 1, num_draft_tokens: int | None = None) -> "TreeShape":
-        """Checked; num_draft_tokens None: every node the drafter scores at topk = 1 (the chain), else
-        num_steps x topk + 1 (at most what it scores)."""
-        for name, v in (("num_steps", num_steps), ("topk", topk)):
-            if not (isinstance(v, int) and v >= 1):
-                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
-        most = 1 + topk + (num_steps - 1) * topk * topk  # the root and every node the drafter scores
-        if num_draft_tokens is None:
-            num_draft_tokens = num_steps + 1 if topk == 1 else min(most, num_steps * topk + 1)
-        if not (isinstance(num_draft_tokens, int) and num_draft_tokens >= 2):
-            raise ValueError(f"num_draft_tokens must be an integer >= 2, got {num_draft_tokens!r}")
-        if topk == 1 and num_draft_tokens != num_steps + 1:
-            raise ValueError(f"topk 1 is a chain: num_draft_tokens must be num_steps + 1 = {num_steps + 1} "
-                             f"(as SGLang forces), got {num_draft_tokens}")
-        if num_draft_tokens > most:
-            raise ValueError(f"num_draft_tokens {num_draft_tokens} > {most}, the root and every node that topk "
-                             f"{topk} over num_steps {num_steps} scores")
-        return cls(num_steps, topk, num_draft_tokens)
-
-    @property
-    def nodes(self) -> int:
-        """n: the drafts the target verifies, the root not counted."""
-        return self.num_draft_tokens - 1
-
-    @property
-    def slots(self) -> int:
-        """Cache slots a step writes past a row's committed length: the verify block, the drafter's fed nodes."""
-        return max(self.num_steps + 1, self.num_draft_tokens, (self.num_steps - 1) * self.topk)
+from specdec.decoder.params import TreeShape
 
 
 @dataclass
