@@ -8,7 +8,7 @@ import os
 
 import torch
 
-from specdec.cli import fast
+from specdec.cli import fast, fast_flags
 from specdec.cli.common import UsageError, add_threads, threads
 from specdec.decoder.engine import Engine
 from specdec.decoder.methods import METHODS
@@ -33,7 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="ar (plain), mtp (the MTP layer), heads (parallel MTP heads), draft, eagle, ngram")
     p.add_argument("--k", type=int, default=None, help="drafts per verify step (static k, default 4): a tree's depth")
     p.add_argument("--num-steps", type=int, default=None, help="SGLang's name for --k (draft depth)")
-    fast.add_tree_arguments(p)
+    fast_flags.add_tree_arguments(p)
     p.add_argument("--batch", type=int, default=1, help="rows decoded together (prompts are cycled)")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--temperature", type=float, default=0.0)
@@ -46,7 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", action="store_true",
                    help="split the time into prefill/draft/verify/host (synchronises the device around each phase)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    fast.add_arguments(p)
+    fast_flags.add_arguments(p)
     add_threads(p)
 
 
@@ -57,12 +57,10 @@ def main(args) -> int:
     for name, low in (("k", 1), ("batch", 1), ("max_new_tokens", 1), ("temperature", 0)):
         if getattr(args, name) < low:
             raise UsageError(f"--{name.replace('_', '-')} must be >= {low}, got {getattr(args, name)}")
-    shape = fast.tree_shape(args)
+    shape = fast_flags.tree_shape(args)
     torch.set_num_threads(threads(args))
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise UsageError("--device cuda but no CUDA device is visible; use --device cpu")
-    dtype = getattr(torch, args.dtype or ("bfloat16" if device.startswith("cuda") else "float32"))
+    device, dtype_name = fast.device_and_dtype(args)
+    dtype = getattr(torch, dtype_name)
     parts = METHODS[args.method].parts
     texts = args.prompt or [DEFAULT_PROMPT]
     methods = (args.method, "ar") if args.compare and args.method != "ar" else (args.method,)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specdec.cli import fast
+from specdec.cli import fast, fast_flags
 from specdec.cli.common import UsageError, add_threads, threads
 from specdec.decoder.engine import Engine
 from specdec.decoder.methods import METHODS, SPELLINGS, method_named
@@ -27,7 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--speculative-algorithm", default="none", type=str.lower, choices=algorithms,
                    help="none, mtp (NEXTN: the target's MTP layer), eagle, draft (STANDALONE), ngram, heads")
     p.add_argument("--k", "--speculative-num-steps", dest="k", type=int, default=4, help="drafts per step (a tree's depth)")
-    fast.add_tree_arguments(p)
+    fast_flags.add_tree_arguments(p)
     p.add_argument("--draft", "--speculative-draft-model-path", dest="draft", default=None,
                    help="the draft model (draft) or EAGLE head directory (eagle), when the model has none beside it")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
@@ -41,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
                    help="default: float32 on CPU, bfloat16 on CUDA")
     p.add_argument("--cuda-graphs", default="auto", choices=["auto", "on", "off"])
-    fast.add_arguments(p)
+    fast_flags.add_arguments(p)
     add_threads(p)
 
 
@@ -59,7 +59,7 @@ def load_engine(o: EngineOptions) -> Loaded:
     """In the engine process: the bundle, the Engine, its warm-up. A mistake the user can fix is a LoadError."""
     args, method = o.args, o.method
     torch.set_num_threads(threads(args))
-    shape, dtype = fast.tree_shape(args), getattr(torch, o.dtype)
+    shape, dtype = fast_flags.tree_shape(args), getattr(torch, o.dtype)
     try:
         bundle = fast.load(args, METHODS[method].parts, o.device, dtype, draft=args.draft if method == "draft" else None,
                            eagle=args.draft if method == "eagle" else None)
@@ -87,11 +87,8 @@ def main(args: argparse.Namespace) -> int:
             raise UsageError(f"{flag} must be >= 1, got {value}")
     if not 0 <= args.port < 65536:
         raise UsageError(f"--port must be in 0..65535, got {args.port}")
-    shape = fast.tree_shape(args)
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise UsageError("--device cuda but no CUDA device is visible; use --device cpu")
-    dtype = args.dtype or ("bfloat16" if device.startswith("cuda") else "float32")
+    shape = fast_flags.tree_shape(args)
+    device, dtype = fast.device_and_dtype(args)
     try:
         sock = bind(args.host, args.port)  # first: a taken port is said before the load (minutes on a GPU)
     except OSError as exc:
