@@ -13,6 +13,7 @@ import uvicorn
 from specdec.decoder.engine import Engine
 from specdec.serving.server.scheduler import Scheduler
 from specdec.serving.server.app import ServerArgs, bind, build_app
+from specdec.serving.server.engine_process import Loaded, engine_facts
 
 
 @contextmanager
@@ -31,7 +32,8 @@ def running_server(bundle, method="mtp", k=4, max_batch=8, max_len=512, api_key=
                       max_running_requests=max_batch, context_length=max_len, api_key_set=bool(api_key),
                       device="cpu", dtype="float32", speculative_eagle_topk=None if method == "ar" else topk,
                       speculative_num_draft_tokens=None if method == "ar" else engine.shape.num_draft_tokens)
-    server = uvicorn.Server(uvicorn.Config(build_app(scheduler, args, api_key), log_level="warning"))
+    facts = engine_facts(Loaded(engine, bundle.tokenizer, device="cpu", dtype="float32"))
+    server = uvicorn.Server(uvicorn.Config(build_app(scheduler, args, api_key, facts), log_level="warning"))
     scheduler.start()
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
@@ -82,7 +84,6 @@ def build_zoo_engine(options: dict):
     by name; the engine process imports this module from the tests' folder, which the spawn puts on its path)."""
     import torch
 
-    from specdec.serving.server.engine_process import Loaded
     from specdec.zoo import load_bundle
 
     torch.set_num_threads(1)

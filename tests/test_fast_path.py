@@ -254,7 +254,7 @@ def test_a_compiled_server_warms_every_width_before_it_listens(compiled, expect)
     compiled costs seconds; they are made at the start, not while the first clients wait."""
     from types import SimpleNamespace
 
-    from specdec.serving.server.app import warm_up
+    from specdec.serving.server.engine_process import warm_up
 
     batches = []
     engine = SimpleNamespace(device=torch.device("cuda"), capacity=12, graphs=SimpleNamespace(compile=compiled),
@@ -269,7 +269,7 @@ def test_a_server_with_adaptive_k_warms_every_k_and_forgets_the_warm_ups_times()
     from types import SimpleNamespace
 
     from specdec.decoder.adaptive import AdaptiveK
-    from specdec.serving.server.app import warm_up
+    from specdec.serving.server.engine_process import warm_up
 
     policy, budgets = AdaptiveK(3, tries=3), []
     policy.timed(1, 0, 1.0)

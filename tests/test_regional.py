@@ -161,14 +161,16 @@ def test_compile_scope_reaches_the_engine(monkeypatch, verb, scope):
 
     from specdec.cli import fast, main
 
-    module = importlib.import_module(f"specdec.cli.{verb}")
+    # serve builds its engine in serve_engine.py, in the engine process
+    module = importlib.import_module(f"specdec.cli.{verb}_engine" if verb == "serve" else f"specdec.cli.{verb}")
 
     def engine(*args, **kwargs):
         raise Reached(kwargs)
 
     monkeypatch.setattr(module, "Engine", engine)
     if verb == "serve":  # the engine is built here, not in a spawned engine process that the stand-in cannot reach
-        monkeypatch.setattr(module, "start_engine", lambda build, options: build(options))
+        monkeypatch.setattr(importlib.import_module("specdec.cli.serve"), "start_engine",
+                            lambda build, options: build(options))
     monkeypatch.setattr(fast, "compile_choice", lambda mode, *a: mode == "on")  # a CPU refuses --compile on
     extra = ["--port", "0"] if verb == "serve" else []
     with pytest.raises(Reached) as got:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import itertools
 import json
 import signal
 import socket
@@ -20,14 +19,12 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 
-import torch
 from fastapi import FastAPI
 from fastapi import Request as HTTPRequest
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
 from specdec import __version__
-from specdec.decoder.engine import Engine, SamplingParams
-from specdec.decoder.kv_cache import KVCache
+from specdec.decoder.params import SamplingParams
 from specdec.serving.server import protocol
 from specdec.serving.server.protocol import BadRequest
 from specdec.serving.server.scheduler import EngineError, Handle, Progress, Request, Scheduler
@@ -119,9 +116,14 @@ class Gate:
         await self.app(scope, counted, send)
 
 
-def build_app(scheduler: Scheduler, args: ServerArgs, api_key: str | None = None) -> FastAPI:
-    """The app over a Scheduler, or over a proxy.EngineProxy (the same interface; its `engine` is EngineFacts)."""
-    engine, tokenizer = scheduler.engine, scheduler.tokenizer
+def build_app(scheduler: Scheduler, args: ServerArgs, api_key: str | None = None,
+              facts: EngineFacts | None = None) -> FastAPI:
+    """The app over a proxy.EngineProxy (its `engine` is EngineFacts), or over an in-process Scheduler with its
+    engine's `facts` (engine_process.engine_facts): the app reads the engine only through them, so that this module
+    never imports torch."""
+    engine, tokenizer = facts or scheduler.engine, scheduler.tokenizer
+    if not isinstance(engine, EngineFacts):
+        raise TypeError("build_app over an in-process Scheduler needs facts=engine_process.engine_facts(...)")
     speculative, k = engine.proposer is not None, engine.k
     # unknown request fields, each named once; and once, a request naming another model than this one
     fields = protocol.FieldLog((args.served_model_name, args.model_path))
@@ -316,7 +318,7 @@ def build_app(scheduler: Scheduler, args: ServerArgs, api_key: str | None = None
                     "effective_max_running_requests_per_dp": args.max_running_requests,
                     "num_running_reqs": state["num_running_reqs"], "num_queue_reqs": state["num_queue_reqs"],
                     "step_time_dict": state["step_time_dict"]}
-        internal["memory_usage"] = engine.memory if isinstance(engine, EngineFacts) else memory_usage(engine)
+        internal["memory_usage"] = engine.memory
         internal["loop_seconds"] = state["loop_seconds"]  # ours, not SGLang's: the engine thread's admit/step/deliver
         internal["max_speculative_num_draft_tokens"] = args.draft_tokens()
         if "avg_spec_accept_length" in state:  # as in SGLang, absent until a verify step has been counted
@@ -365,25 +367,6 @@ def prometheus(state: dict, args: ServerArgs) -> str:
     return "\n".join(out) + "\n"
 
 
-def memory_usage(engine: Engine) -> dict:
-    """SGLang's memory_usage in GiB: the weights and KV caches of the target and its proposer, the tokens
-    the KV cache holds, and the memory of the CUDA-graph pool (0 without CUDA graphs)."""
-    parts = [engine.target] + (list(vars(engine.proposer).values()) if engine.proposer is not None else [])
-    tensors = {id(t): t for m in parts if isinstance(m, torch.nn.Module)
-               for t in itertools.chain(m.parameters(), m.buffers())}
-    weight = sum(t.numel() * t.element_size() for t in tensors.values())
-    caches = [engine.cache] + [c for c in parts if isinstance(c, KVCache) and c is not engine.cache]
-    kv = sum(t.numel() * t.element_size() for c in caches for t in c.k + c.v)
-    graph = 0
-    pool = getattr(engine.graphs, "pool", None)
-    if pool is not None and engine.device.type == "cuda":
-        graph = sum(s["total_size"] for s in torch.cuda.memory_snapshot()
-                    if tuple(s.get("segment_pool_id", ())) == tuple(pool))
-    gib = 2 ** 30  # (SGLang rounds to 0.01 GiB, which shows the tiny zoo's megabytes as 0)
-    return {"weight": round(weight / gib, 4), "kvcache": round(kv / gib, 4),
-            "token_capacity": engine.capacity * engine.max_len, "graph": round(graph / gib, 4)}
-
-
 def bind(host: str, port: int) -> socket.socket:
     """A listening socket (port 0: any free one), so the real port is known before serving."""
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
@@ -393,39 +376,6 @@ def bind(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind((host, port))
     return sock
-
-
-def warm_up(engine: Engine) -> None:
-    """Run a greedy and a sampled request once, so that the common step shapes are captured here, not on a
-    student's first request (a step bakes in how it chooses tokens: one capture each; others come lazily).
-    On a CPU the decoder runs eager: nothing to capture, and skipping it saves a fifth of a second per start."""
-    if engine.device.type == "cpu":
-        return
-    n, p = 4, engine.policy
-    if p is not None:  # adaptive k first runs each k `tries` steps per width: a request that long captures every k
-        n = min(p.tries * (p.k_max + 1) * (p.k_max + 2) // 2 + 1, engine.max_len - 3 - engine.block)
-    engine.generate([[0, 1, 2]], max_new_tokens=n, stop_at_eos=False)
-    engine.generate([[0, 1, 2]], max_new_tokens=4, temperature=1.0, stop_at_eos=False)
-    if engine.graphs.compile:  # a compile takes seconds (minutes on a cold cache): every greedy width here, not mid-load
-        for width in warm_widths(engine.capacity)[1:]:
-            engine.generate([[0, 1, 2]] * width, max_new_tokens=n, stop_at_eos=False)
-    if engine.policy is not None:  # adaptive k: the warm-up's steps timed captures, not the traffic's steps
-        engine.policy.reset_times()
-
-
-def warm_widths(capacity: int) -> list[int]:
-    """The step widths a server meets (Engine.width: powers of two, capped at the capacity)."""
-    return sorted({min(capacity, 1 << i) for i in range(capacity.bit_length() + 1)})
-
-
-def describe(engine: Engine) -> str:
-    what = "plain decoding" if engine.proposer is None else f"{engine.method}, k={engine.k}" + (
-        f", a tree of topk {engine.tree.topk} and {engine.tree.num_draft_tokens} draft tokens" if engine.tree else "") + (
-        ", adaptive k" if engine.policy is not None else "") + (
-        f", SIMULATED accept length {engine.simulate:g} (the output is not the model's)" if engine.simulate else "")
-    where = torch.cuda.get_device_name() if engine.device.type == "cuda" else "CPU"
-    return (f"{what}, up to {engine.capacity} running requests, context {engine.max_len}, {where}"
-            + (f", compiled ({engine.graphs.scope})" if engine.graphs.compile else ""))
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)

@@ -5,7 +5,9 @@ thread share one GIL; at 64 streams the loop held it about 3x as long as the eng
 after every small torch call. SGLang runs its scheduler in a process of its own for the same reason.
 
 The Scheduler runs here unchanged; RemoteScheduler only sends its events down the pipe instead of onto asyncio
-queues (one message a step, each request's as a Delta). The HTTP side is proxy.EngineProxy.
+queues (one message a step, each request's as a Delta). The HTTP side is proxy.EngineProxy, which never imports
+this module (nor torch): it names `serve` to the spawned process (proxy.EntryPoint). What reads the Engine lives
+here too: the warm-up before serving, and the facts the HTTP process gets (engine_facts: describe, memory_usage).
 
 Lifecycle: started with the spawn context by the HTTP process, this process ignores SIGINT, SIGTERM and SIGHUP
 (Ctrl-C or a supervisor reaches the whole process group: the HTTP process drains its requests, then stops this
@@ -14,6 +16,7 @@ one), and exits the moment its pipe closes, which is when the HTTP process is go
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import signal
@@ -26,7 +29,7 @@ from dataclasses import dataclass, field
 import torch
 
 from specdec.decoder.engine import Engine
-from specdec.serving.server.app import describe, memory_usage
+from specdec.decoder.kv_cache import KVCache
 from specdec.serving.server.scheduler import EngineError, Prefix, Progress, Request, Scheduler
 from specdec.serving.server.wire import Delta, EngineFacts
 
@@ -35,12 +38,15 @@ log = logging.getLogger("specdec.serve")
 
 @dataclass
 class Loaded:
-    """What a build function returns: the warmed-up engine, its tokenizer, and how the CLI names the model."""
+    """What a build function returns: the warmed-up engine, its tokenizer, how the CLI names the model, and the
+    device and dtype it chose."""
 
     engine: Engine
     tokenizer: object
     model_path: str = ""
     name: str = ""
+    device: str = ""
+    dtype: str = ""
 
 
 class LoadError(Exception):
@@ -168,12 +174,8 @@ def serve(conn, build: Callable[[object], Loaded], options) -> None:
         traceback.print_exc()
         conn.send(("load_error", False, f"{type(exc).__name__}: {exc}"))
         sys.exit(1)
-    engine = loaded.engine
-    facts = EngineFacts(max_len=engine.max_len, k=engine.k, block=engine.block, capacity=engine.capacity,
-                        vocab_size=engine.target.config.vocab_size, speculative=engine.proposer is not None,
-                        memory=memory_usage(engine), description=describe(engine), threads=torch.get_num_threads(),
-                        model_path=loaded.model_path, name=loaded.name)
-    scheduler = RemoteScheduler(engine, loaded.tokenizer, conn)
+    facts = engine_facts(loaded)
+    scheduler = RemoteScheduler(loaded.engine, loaded.tokenizer, conn)
     loading.clear()  # from here the reader below watches the pipe
     lifeline.join()
     scheduler.start()
@@ -203,3 +205,63 @@ def _watch_while_loading(conn, loading: threading.Event) -> None:
         except (EOFError, OSError):
             os._exit(0)
 
+
+def engine_facts(loaded: Loaded) -> EngineFacts:
+    """What the HTTP side reads of a loaded engine (protocol.py's checks, /server_info, the CLI's first line)."""
+    engine = loaded.engine
+    return EngineFacts(max_len=engine.max_len, k=engine.k, block=engine.block, capacity=engine.capacity,
+                       vocab_size=engine.target.config.vocab_size, speculative=engine.proposer is not None,
+                       memory=memory_usage(engine), description=describe(engine), threads=torch.get_num_threads(),
+                       model_path=loaded.model_path, name=loaded.name, device=loaded.device, dtype=loaded.dtype)
+
+
+def memory_usage(engine: Engine) -> dict:
+    """SGLang's memory_usage in GiB: the weights and KV caches of the target and its proposer, the tokens
+    the KV cache holds, and the memory of the CUDA-graph pool (0 without CUDA graphs)."""
+    parts = [engine.target] + (list(vars(engine.proposer).values()) if engine.proposer is not None else [])
+    tensors = {id(t): t for m in parts if isinstance(m, torch.nn.Module)
+               for t in itertools.chain(m.parameters(), m.buffers())}
+    weight = sum(t.numel() * t.element_size() for t in tensors.values())
+    caches = [engine.cache] + [c for c in parts if isinstance(c, KVCache) and c is not engine.cache]
+    kv = sum(t.numel() * t.element_size() for c in caches for t in c.k + c.v)
+    graph = 0
+    pool = getattr(engine.graphs, "pool", None)
+    if pool is not None and engine.device.type == "cuda":
+        graph = sum(s["total_size"] for s in torch.cuda.memory_snapshot()
+                    if tuple(s.get("segment_pool_id", ())) == tuple(pool))
+    gib = 2 ** 30  # (SGLang rounds to 0.01 GiB, which shows the tiny zoo's megabytes as 0)
+    return {"weight": round(weight / gib, 4), "kvcache": round(kv / gib, 4),
+            "token_capacity": engine.capacity * engine.max_len, "graph": round(graph / gib, 4)}
+
+
+def warm_up(engine: Engine) -> None:
+    """Run a greedy and a sampled request once, so that the common step shapes are captured here, not on a
+    student's first request (a step bakes in how it chooses tokens: one capture each; others come lazily).
+    On a CPU the decoder runs eager: nothing to capture, and skipping it saves a fifth of a second per start."""
+    if engine.device.type == "cpu":
+        return
+    n, p = 4, engine.policy
+    if p is not None:  # adaptive k first runs each k `tries` steps per width: a request that long captures every k
+        n = min(p.tries * (p.k_max + 1) * (p.k_max + 2) // 2 + 1, engine.max_len - 3 - engine.block)
+    engine.generate([[0, 1, 2]], max_new_tokens=n, stop_at_eos=False)
+    engine.generate([[0, 1, 2]], max_new_tokens=4, temperature=1.0, stop_at_eos=False)
+    if engine.graphs.compile:  # a compile takes seconds (minutes on a cold cache): every greedy width here, not mid-load
+        for width in warm_widths(engine.capacity)[1:]:
+            engine.generate([[0, 1, 2]] * width, max_new_tokens=n, stop_at_eos=False)
+    if engine.policy is not None:  # adaptive k: the warm-up's steps timed captures, not the traffic's steps
+        engine.policy.reset_times()
+
+
+def warm_widths(capacity: int) -> list[int]:
+    """The step widths a server meets (Engine.width: powers of two, capped at the capacity)."""
+    return sorted({min(capacity, 1 << i) for i in range(capacity.bit_length() + 1)})
+
+
+def describe(engine: Engine) -> str:
+    what = "plain decoding" if engine.proposer is None else f"{engine.method}, k={engine.k}" + (
+        f", a tree of topk {engine.tree.topk} and {engine.tree.num_draft_tokens} draft tokens" if engine.tree else "") + (
+        ", adaptive k" if engine.policy is not None else "") + (
+        f", SIMULATED accept length {engine.simulate:g} (the output is not the model's)" if engine.simulate else "")
+    where = torch.cuda.get_device_name() if engine.device.type == "cuda" else "CPU"
+    return (f"{what}, up to {engine.capacity} running requests, context {engine.max_len}, {where}"
+            + (f", compiled ({engine.graphs.scope})" if engine.graphs.compile else ""))

@@ -17,8 +17,9 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from specdec.decoder.engine import Engine, SamplingParams
+from specdec.decoder.params import SamplingParams
 from specdec.serving.server.scheduler import Progress, Request
+from specdec.serving.server.wire import EngineFacts
 
 log = logging.getLogger("specdec.serve")
 
@@ -234,7 +235,7 @@ def _unsupported(data: dict, table: dict) -> None:
         raise BadRequest(f"{key}={json.dumps(value)[:60]} is not supported by specdec serve (SGLang {sglang_does})")
 
 
-def sampling(data: dict, engine: Engine, max_tokens_key: str, defaults: dict) -> tuple[SamplingParams, tuple]:
+def sampling(data: dict, engine: EngineFacts, max_tokens_key: str, defaults: dict) -> tuple[SamplingParams, tuple]:
     """SamplingParams from SGLang-style keys, every value checked. A max_new_tokens of None (the default
     given as None, or null in the request) means "to EOS or the context", filled in per prompt by _requests."""
     context = engine.max_len
@@ -272,7 +273,7 @@ def _rids(value, prompts: int, n: int) -> list[str]:
     return [r if n == 1 else f"{r}_{j}" for r in ids for j in range(n)]
 
 
-def _prompt_ids(value, tokenizer, engine: Engine, what: str) -> list[int]:
+def _prompt_ids(value, tokenizer, engine: EngineFacts, what: str) -> list[int]:
     if isinstance(value, str):
         if not value:
             raise BadRequest(f"{what} is empty")
@@ -291,7 +292,7 @@ def _prompt_ids(value, tokenizer, engine: Engine, what: str) -> list[int]:
     return ids
 
 
-def _prompts(value, tokenizer, engine: Engine, what: str) -> tuple[list[list[int]], bool]:
+def _prompts(value, tokenizer, engine: EngineFacts, what: str) -> tuple[list[list[int]], bool]:
     """One prompt or a batch: a string, token ids, a list of strings, or a list of token-id lists.
     -> (token ids per prompt, is a batch)."""
     batch = isinstance(value, list) and bool(value) and all(isinstance(p, (str, list)) for p in value)
@@ -301,12 +302,12 @@ def _prompts(value, tokenizer, engine: Engine, what: str) -> tuple[list[list[int
     return prompts, batch
 
 
-def room(engine: Engine, prompt_len: int) -> int:
+def room(engine: EngineFacts, prompt_len: int) -> int:
     """The most tokens a prompt leaves room for in this engine's context (its check_prompt's rule)."""
     return engine.max_len - prompt_len - (engine.k + 1 if engine.proposer is not None else 1)
 
 
-def check_fits(request: Request, engine: Engine) -> None:
+def check_fits(request: Request, engine: EngineFacts) -> None:
     try:
         engine.check_prompt(request.prompt_ids, request.params)
     except ValueError as exc:
@@ -314,7 +315,7 @@ def check_fits(request: Request, engine: Engine) -> None:
 
 
 def _requests(prompts: list[list[int]], n: int, params: SamplingParams, stops: tuple, trace: bool, stream: bool,
-              rid, engine: Engine) -> list[Request]:
+              rid, engine: EngineFacts) -> list[Request]:
     """n Requests per prompt, prompt-major; a budget of None becomes what the context leaves."""
     if len(prompts) * n > MAX_SEQUENCES:
         raise BadRequest(f"{len(prompts)} prompts x n={n} is more than {MAX_SEQUENCES} answers in one request")
@@ -336,7 +337,7 @@ def _requests(prompts: list[list[int]], n: int, params: SamplingParams, stops: t
 
 
 # -- /generate ------------------------------------------------------------------------------------
-def parse_generate(data: dict, tokenizer, engine: Engine, fields: FieldLog | None = None) -> Job:
+def parse_generate(data: dict, tokenizer, engine: EngineFacts, fields: FieldLog | None = None) -> Job:
     fields = fields or FieldLog()
     fields.ignore(data, GENERATE_KEYS | set(GENERATE_UNSUPPORTED), "the request")
     _unsupported(data, GENERATE_UNSUPPORTED)
@@ -417,7 +418,7 @@ def generate_response(job: Job, index: int, p: Progress, speculative: bool, k: i
 
 
 # -- OpenAI-compatible ----------------------------------------------------------------------------
-def _openai_common(data: dict, engine: Engine, max_tokens_key: str, default_tokens: int | None,
+def _openai_common(data: dict, engine: EngineFacts, max_tokens_key: str, default_tokens: int | None,
                    fields: FieldLog, known: set[str]) -> tuple[SamplingParams, tuple, dict]:
     fields.ignore(data, known | set(OPENAI_UNSUPPORTED), "the request")
     _unsupported(data, OPENAI_UNSUPPORTED)
@@ -438,7 +439,7 @@ def _openai_common(data: dict, engine: Engine, max_tokens_key: str, default_toke
     return params, stops, extra
 
 
-def parse_completion(data: dict, tokenizer, engine: Engine, fields: FieldLog | None = None) -> Job:
+def parse_completion(data: dict, tokenizer, engine: EngineFacts, fields: FieldLog | None = None) -> Job:
     fields = fields or FieldLog()
     if "prompt" not in data:
         raise BadRequest("missing prompt")
@@ -512,7 +513,7 @@ def chat_prompt(messages, tokenizer, tools=None, template_kwargs: dict | None = 
         raise BadRequest(f"the chat template failed on these messages: {str(exc).splitlines()[0][:200]}") from None
 
 
-def parse_chat(data: dict, tokenizer, engine: Engine, fields: FieldLog | None = None) -> Job:
+def parse_chat(data: dict, tokenizer, engine: EngineFacts, fields: FieldLog | None = None) -> Job:
     fields = fields or FieldLog()
     if "messages" not in data:
         raise BadRequest("missing messages")

@@ -10,18 +10,36 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import importlib
 import itertools
 import multiprocessing
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from specdec.serving.server.engine_process import Loaded, serve
 from specdec.serving.server.scheduler import EngineError, Handle, Progress, Request, _put_all, _snapshot
 from specdec.serving.server.wire import Delta, EngineFacts
 
 CALL_TIMEOUT_S = 30.0  # state() and flush() wait this long for the engine process's answer
 STOP_TIMEOUT_S = 30.0  # then the engine process is killed
+
+
+@dataclass(frozen=True)
+class EntryPoint:
+    """A function named by its module, imported where it is called: in the engine process. The spawn pickles the
+    process's target and arguments, and pickle checks a function by importing its module, here; the engine's
+    entry point and builder import torch, so they go as names instead (two strings) and this process never
+    imports them."""
+
+    module: str
+    name: str
+
+    def __call__(self, *args):
+        return getattr(importlib.import_module(self.module), self.name)(*args)
+
+
+ENGINE_MAIN = EntryPoint("specdec.serving.server.engine_process", "serve")
 
 
 class EngineStartError(RuntimeError):
@@ -188,13 +206,13 @@ def apply(p: Progress, d: Delta) -> None:
     p.finish_reason = d.finish_reason
 
 
-def start_engine(build: Callable[[object], Loaded], options, timeout: float | None = None) -> EngineProxy:
-    """Spawn the engine process, which runs build(options) (both picklable: a module-level function and plain
-    data), and wait until it says it is ready. Raises EngineStartError if it cannot load; on any exit from here
-    without a proxy (Ctrl-C while loading), the engine process is killed."""
+def start_engine(build: Callable[[object], object], options, timeout: float | None = None) -> EngineProxy:
+    """Spawn the engine process, which runs build(options) -> engine_process.Loaded (both picklable: an EntryPoint
+    or a module-level function, and plain data), and wait until it says it is ready. Raises EngineStartError if it
+    cannot load; on any exit from here without a proxy (Ctrl-C while loading), the engine process is killed."""
     ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no forked CUDA context, no inherited threads
     conn, child_conn = ctx.Pipe(duplex=True)
-    process = ctx.Process(target=serve, args=(child_conn, build, options), name="specdec-engine", daemon=True)
+    process = ctx.Process(target=ENGINE_MAIN, args=(child_conn, build, options), name="specdec-engine", daemon=True)
     process.start()
     child_conn.close()  # only the engine process holds its end: when this process dies, the pipe closes there
     deadline = None if timeout is None else time.monotonic() + timeout

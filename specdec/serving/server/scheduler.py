@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from specdec.decoder.engine import Engine, RowUpdate, SamplingParams
+from specdec.decoder.params import RowUpdate, SamplingParams
 from specdec.serving.server.detokenize import Detokenizer
 
 log = logging.getLogger("specdec.serve")
@@ -125,7 +125,10 @@ def _put_all(events: list[tuple[Handle, object]]) -> None:
 
 
 class Scheduler:
-    def __init__(self, engine: Engine, tokenizer):
+    """engine: the decoder's Engine (specdec.decoder.engine), driven from this object's thread only. Not imported
+    here: the HTTP process of `specdec serve` imports this module (Request, Progress, Handle) without torch."""
+
+    def __init__(self, engine, tokenizer):
         self.engine, self.tokenizer = engine, tokenizer
         self.waiting: collections.deque[Handle] = collections.deque()
         self.rows: dict[int, tuple[Handle, Progress]] = {}  # engine slot -> request

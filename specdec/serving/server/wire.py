@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import NamedTuple
 
-from specdec.decoder.engine import SamplingParams, check_prompt
+from specdec.decoder.params import SamplingParams, check_prompt
 
 
 @dataclass
@@ -28,11 +28,13 @@ class EngineFacts:
     capacity: int  # rows of the running batch
     vocab_size: int
     speculative: bool
-    memory: dict  # app.memory_usage(engine), measured once after the warm-up
-    description: str  # app.describe(engine): the first line the CLI prints
+    memory: dict  # engine_process.memory_usage(engine), measured once after the warm-up
+    description: str  # engine_process.describe(engine): the first line the CLI prints
     threads: int  # the engine process's torch CPU threads
     model_path: str = ""
     name: str = ""  # what the CLI's first line calls the model
+    device: str = ""  # what --device and --dtype came to (their defaults need torch: decided in the engine process)
+    dtype: str = ""
 
     @property
     def proposer(self) -> object | None:
