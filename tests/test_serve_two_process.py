@@ -304,3 +304,41 @@ def test_a_missing_model_is_still_one_line_and_status_2():
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.strip().splitlines() == ["specdec serve: error: unknown model '/no/such/model': not a zoo name "
                                                 "(known: tiny), a directory, or a Hugging Face id"]
+
+
+def test_cuda_without_a_gpu_is_still_one_line_and_status_2():
+    """The engine process decides the device now (its default needs torch): the same one-line usage error."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is visible")
+    out = subprocess.run([sys.executable, "-m", "specdec", "serve", "--device", "cuda", "--port", "0"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.strip().splitlines() == ["specdec serve: error: --device cuda but no CUDA device is visible; "
+                                                "use --device cpu"]
+
+
+# -- the HTTP process runs no model: it never imports torch (a start would pay that import twice) ----------------
+HTTP_SIDE = ("specdec.cli.serve", "specdec.serving.server.app", "specdec.serving.server.proxy",
+             "specdec.serving.server.protocol", "specdec.serving.server.scheduler", "specdec.serving.server.wire",
+             "specdec.zoo.tokenizer", "uvicorn")  # the zoo's tokenizer arrives pickled; run() imports uvicorn
+
+
+def test_the_http_side_imports_no_torch():
+    code = (f"import sys, specdec.cli as c; c.build_parser('serve'); import {', '.join(HTTP_SIDE)}; "
+            "print(sorted(m for m in ('torch', 'specdec.decoder.engine') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_only_the_engine_process_loads_torch(serve):
+    """The running server, after a request: torch's library is mapped in the engine process, not the HTTP one."""
+    proc, url, _ = serve()
+    body = {"text": PROMPTS[0], "sampling_params": {"max_new_tokens": 4}}
+    assert requests.post(f"{url}/generate", json=body, timeout=60).status_code == 200
+
+    def maps_torch(pid: int) -> bool:
+        return "libtorch" in Path(f"/proc/{pid}/maps").read_text()
+
+    assert maps_torch(engine_pid(proc.pid)) and not maps_torch(proc.pid)
