@@ -88,6 +88,12 @@ def build_zoo_engine(options: dict):
 
     torch.set_num_threads(1)
     options = dict(options)
+    slow = options.pop("slow_state_s", 0)  # planted: the engine process answers state() this much later
+    if slow:
+        from specdec.serving.server.engine_process import RemoteScheduler
+
+        state = RemoteScheduler.state
+        RemoteScheduler.state = lambda self: (time.sleep(slow), state(self))[1]
     bundle = load_bundle("tiny", device="cpu", dtype=torch.float32)
     method = options.pop("method")
     return Loaded(Engine(bundle, method, cuda_graphs="off", **options), bundle.tokenizer,

@@ -342,3 +342,21 @@ def test_only_the_engine_process_loads_torch(serve):
         return "libtorch" in Path(f"/proc/{pid}/maps").read_text()
 
     assert maps_torch(engine_pid(proc.pid)) and not maps_torch(proc.pid)
+
+
+def test_a_slow_answer_from_the_engine_process_does_not_stall_the_event_loop():
+    """/server_info waits for the engine process's state(); /health, asked meanwhile, must not wait behind it
+    (the round trip runs off the event loop). Order only, no timings: /health answers first."""
+    with running_two_process_server("ar", max_batch=2, slow_state_s=2.0) as (url, _):
+        done: list[str] = []
+
+        def get(path):
+            requests.get(f"{url}{path}", timeout=60).raise_for_status()
+            done.append(path)
+
+        info = threading.Thread(target=get, args=("/server_info",))
+        info.start()
+        time.sleep(0.3)  # /server_info is in its handler, waiting for the engine process
+        get("/health")
+        info.join()
+        assert done == ["/health", "/server_info"]

@@ -313,7 +313,7 @@ def build_app(scheduler: Scheduler, args: ServerArgs, api_key: str | None = None
     @app.get("/server_info")
     @app.get("/get_server_info")
     async def server_info():
-        state = scheduler.state()
+        state = await asyncio.to_thread(scheduler.state)  # the engine process answers between steps: off the loop
         internal = {"last_gen_throughput": state["last_gen_throughput"],
                     "effective_max_running_requests_per_dp": args.max_running_requests,
                     "num_running_reqs": state["num_running_reqs"], "num_queue_reqs": state["num_queue_reqs"],
@@ -331,13 +331,14 @@ def build_app(scheduler: Scheduler, args: ServerArgs, api_key: str | None = None
 
     @app.api_route("/flush_cache", methods=["GET", "POST"])
     async def flush_cache():
-        if not scheduler.flush():
+        if not await asyncio.to_thread(scheduler.flush):
             return PlainTextResponse("Cache not flushed: requests are running or waiting.", status_code=400)
         return PlainTextResponse("Cache flushed.\n")
 
     @app.get("/metrics")
     async def metrics():
-        return PlainTextResponse(prometheus(scheduler.state(), args), media_type="text/plain; version=0.0.4")
+        state = await asyncio.to_thread(scheduler.state)
+        return PlainTextResponse(prometheus(state, args), media_type="text/plain; version=0.0.4")
 
     return app
 
