@@ -160,7 +160,7 @@ def test_specdec_serve_refusals():
         LaunchConfig("/m", "EAGLE3", draft="d").specdec_command()
     with pytest.raises(LaunchConfigError, match="EAGLE, NEXTN or HEADS only, not STANDALONE"):
         LaunchConfig("/m", "STANDALONE", draft="d", num_steps=2, topk=2, num_draft_tokens=4).specdec_command()
-    with pytest.raises(LaunchConfigError, match="one process"):
+    with pytest.raises(LaunchConfigError, match="one engine on one device"):
         LaunchConfig("/m", tp=2).specdec_command()
 
 
