@@ -179,7 +179,7 @@ def sweep_one(kind: str, name: str, srv, args, out: Path, pyspy: str | None = No
         return sweep, None
     # where our engine thread's time went over the whole sweep (warm-ups included): our /server_info's loop_seconds
     loop = srv.client().server_info().raw["internal_states"][0].get("loop_seconds", {})
-    say(f"{kind} {name}: engine thread over the sweep, seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in loop.items()))
+    say(f"{kind} {name}: engine loop over the sweep, seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in loop.items()))
     return sweep, loop
 
 

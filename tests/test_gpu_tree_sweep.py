@@ -39,7 +39,7 @@ def test_the_tree_sweep_runs_against_specdec_serve_on_the_cpu(tmp_path, sweep_mo
     log = (out / "gpu_tree_sweep.log").read_text()
     assert "ours 2,2,4 c=1:" in log and "ours 2,2,4 c=2:" in log and "nothing left of its session" in log
     # where the engine thread's time went, read from our /server_info (loop_seconds)
-    assert "ours 2,2,4: engine thread over the sweep, seconds: admit " in log and ", step " in log and ", deliver " in log
+    assert "ours 2,2,4: engine loop over the sweep, seconds: admit " in log and ", step " in log and ", deliver " in log
 
     # the parts of several device calls merge into one summary, which the page renders
     other = {"env": res["env"], "settings": res["settings"], "sglang": {"2,2,4": run}, "left_running": []}
