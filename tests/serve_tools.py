@@ -24,16 +24,25 @@ def running_server(bundle, method="mtp", k=4, max_batch=8, max_len=512, api_key=
     engine = Engine(bundle, method, k=k, max_batch=max_batch, max_len=max_len, cuda_graphs=cuda_graphs, topk=topk,
                     num_draft_tokens=num_draft_tokens, **engine_args)
     scheduler = Scheduler(engine, bundle.tokenizer)
+    facts = engine_facts(Loaded(engine, bundle.tokenizer, device="cpu", dtype="float32"))
+    with served(scheduler, lambda port: ServerArgs(
+            model_path=str(bundle.paths.get("target", "")), served_model_name="tiny",
+            speculative_algorithm=None if method == "ar" else method,
+            speculative_num_steps=None if method == "ar" else k, host="127.0.0.1", port=port,
+            max_running_requests=max_batch, context_length=max_len, api_key_set=bool(api_key),
+            device="cpu", dtype="float32", speculative_eagle_topk=None if method == "ar" else topk,
+            speculative_num_draft_tokens=None if method == "ar" else engine.shape.num_draft_tokens),
+            api_key, facts) as url:
+        yield url, scheduler
+
+
+@contextmanager
+def served(scheduler, args_at, api_key=None, facts=None):
+    """uvicorn in a thread over a started scheduler (in-process Scheduler or EngineProxy), on a free port:
+    args_at(port) gives its ServerArgs; yields the base URL; stops the server, then the scheduler."""
     sock = bind("127.0.0.1", 0)
     port = sock.getsockname()[1]
-    args = ServerArgs(model_path=str(bundle.paths.get("target", "")), served_model_name="tiny",
-                      speculative_algorithm=None if method == "ar" else method,
-                      speculative_num_steps=None if method == "ar" else k, host="127.0.0.1", port=port,
-                      max_running_requests=max_batch, context_length=max_len, api_key_set=bool(api_key),
-                      device="cpu", dtype="float32", speculative_eagle_topk=None if method == "ar" else topk,
-                      speculative_num_draft_tokens=None if method == "ar" else engine.shape.num_draft_tokens)
-    facts = engine_facts(Loaded(engine, bundle.tokenizer, device="cpu", dtype="float32"))
-    server = uvicorn.Server(uvicorn.Config(build_app(scheduler, args, api_key, facts), log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(build_app(scheduler, args_at(port), api_key, facts), log_level="warning"))
     scheduler.start()
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
@@ -43,7 +52,7 @@ def running_server(bundle, method="mtp", k=4, max_batch=8, max_len=512, api_key=
             raise RuntimeError("the test server did not start")
         time.sleep(0.02)
     try:
-        yield f"http://127.0.0.1:{port}", scheduler
+        yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         thread.join(timeout=30)
@@ -108,26 +117,10 @@ def running_two_process_server(method="mtp", k=4, max_batch=8, max_len=512, api_
 
     proxy = start_engine(build_zoo_engine, dict(method=method, k=k, max_batch=max_batch, max_len=max_len,
                                                 **engine_args), timeout=120)
-    sock = bind("127.0.0.1", 0)
-    port = sock.getsockname()[1]
-    args = ServerArgs(model_path=proxy.engine.model_path, served_model_name="tiny",
-                      speculative_algorithm=None if method == "ar" else method,
-                      speculative_num_steps=None if method == "ar" else k, host="127.0.0.1", port=port,
-                      max_running_requests=max_batch, context_length=max_len, api_key_set=bool(api_key),
-                      device="cpu", dtype="float32")
-    server = uvicorn.Server(uvicorn.Config(build_app(proxy, args, api_key), log_level="warning"))
-    proxy.start()
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if time.monotonic() > deadline:
-            raise RuntimeError("the test server did not start")
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}", proxy
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-        proxy.stop()
-        sock.close()
+    with served(proxy, lambda port: ServerArgs(
+            model_path=proxy.engine.model_path, served_model_name="tiny",
+            speculative_algorithm=None if method == "ar" else method,
+            speculative_num_steps=None if method == "ar" else k, host="127.0.0.1", port=port,
+            max_running_requests=max_batch, context_length=max_len, api_key_set=bool(api_key),
+            device="cpu", dtype="float32"), api_key) as url:
+        yield url, proxy
