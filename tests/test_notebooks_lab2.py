@@ -104,6 +104,10 @@ def test_lecture_runs(tmp_path, inline_plots):
     assert re.search(r"a compiled verify of 4 positions \S+ ms = 1\.\d\d plain steps", out)
     assert re.search(r"later, with SiLU\(gate\) x up in a buffer of its own: the compiled step \d\.\d\d ms \(1\.\d\dx the floor\); "
                      r"SGLang on the same GPU: \d\.\d\d ms per token", out), out
+    # and the path users run, beside SGLang: `specdec decode` by start and flags, `specdec serve` by concurrency
+    assert re.search(r"compile off +\d\.\d\d ms = 0\.\d\dx SGLang's speed, \d\.\d\dx the floor", out), out
+    assert re.search(r"16 concurrent requests: ours +\d+\.\d, SGLang +\d+\.\d \(\d\.\d\dx\)", out), out
+    assert re.search(r"starts: \d+ s the first \(compiling \d+ s\), \d+ s the second", out), out
 
 
 def assert_zoo_training_read(out):

@@ -71,6 +71,8 @@ def test_one_trace_serves_every_layer_and_a_new_shape_adds_one_layer_and_one_hea
     step(width=2, T=4, span=16)  # a verify block
     step(width=2, T=4, span=32)  # a new KV bucket: the layers read more slots, the head is the same
     assert [r for r, _, _ in traces[2:]] == ["layer", "head", "layer", "head", "layer"]
+    # inductor tunes a trace's kernels by coordinate descent only where it reads one token (regions.tunes)
+    assert [opts["coordinate_descent_tuning"] for _, opts, _ in traces] == [True, True] + [False] * 5
 
 
 @torch.no_grad()
@@ -110,7 +112,9 @@ def test_regional_compiled_greedy_decoding_equals_eager(tiny_bundle, code_prompt
         assert layers == len(e.graphs.captured) and sum(r == "head" for r, _, _ in traces) == 1
     else:  # the drafter's layer and the LM head read through `Transformer.logits` were compiled too
         assert {"layer", "head", "logits"} <= {r for r, _, _ in traces}
-    assert all(options == INDUCTOR_OPTIONS for _, options, _ in traces)
+    # inductor's options held in every trace; tuned where the trace reads one token (regions.tunes), else not
+    assert all(options == {**INDUCTOR_OPTIONS, "coordinate_descent_tuning": options["coordinate_descent_tuning"]}
+               for _, options, _ in traces)
 
 
 def test_a_one_row_layer_takes_the_linear_fast_path_inside_its_region(tiny_bundle, code_prompts, traces):

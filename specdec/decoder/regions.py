@@ -29,9 +29,22 @@ def region(method: Callable) -> Callable:
     def run(self, *args, **kwargs):
         if _active is None or torch.compiler.is_compiling():  # eager, or already inside a trace: as written
             return method(self, *args, **kwargs)
-        return _active.compiled(method)(self, *args, **kwargs)
+        # a trace compiled here tunes its kernels only where it reads one token (see tunes); torch._inductor is
+        # imported on first use, here where something compiles
+        with torch._inductor.config.patch(coordinate_descent_tuning=tunes(args[0])):
+            return _active.compiled(method)(self, *args, **kwargs)
 
     return run
+
+
+def tunes(x: torch.Tensor) -> bool:
+    """Whether a region's trace for input x [B, T, H] has inductor tune its kernels by coordinate descent: only for
+    one token (B x T = 1). There model.Linear's projections are reductions inductor writes, and tuning them is
+    most of the compiled step's gain (docs/results.md, "Where a batch-1 step's time goes"). At more tokens they
+    are cuBLAS matmuls, and the tuning, which every start repeats even from a warm compile cache, bought nothing
+    measurable (an 8B step at 16 rows, 6.36 ms tuned, 6.39-6.41 not) for about 8 s of each 8B server start
+    (docs/results.md, "Where a compiled server's second start goes")."""
+    return x.shape[:-1].numel() == 1
 
 
 class Regions:
