@@ -159,8 +159,10 @@ class Reached(Exception):
 
 
 @pytest.mark.parametrize("verb", ["decode", "serve"])
-@pytest.mark.parametrize("scope", ["layers", "step"])
+@pytest.mark.parametrize("scope", ["layers", "step", None])
 def test_compile_scope_reaches_the_engine(monkeypatch, verb, scope):
+    """The flag reaches Engine; without it decode compiles each step whole and serve by layers (a server captures
+    every batch width: compiled whole, an 8B server's widths took minutes each)."""
     import importlib
 
     from specdec.cli import fast, main
@@ -178,9 +180,9 @@ def test_compile_scope_reaches_the_engine(monkeypatch, verb, scope):
     monkeypatch.setattr(fast, "compile_choice", lambda mode, *a: mode == "on")  # a CPU refuses --compile on
     extra = ["--port", "0"] if verb == "serve" else []
     with pytest.raises(Reached) as got:
-        main([verb, "--model", "tiny", "--device", "cpu", "--compile", "on", "--compile-scope", scope,
+        main([verb, "--model", "tiny", "--device", "cpu", "--compile", "on", *(["--compile-scope", scope] if scope else []),
               "--compile-cache", "none", *extra])
-    assert got.value.args[0]["compile"] == scope
+    assert got.value.args[0]["compile"] == (scope or {"decode": "step", "serve": "layers"}[verb])
 
 
 def test_a_bad_compile_scope_is_a_usage_error(capsys):

@@ -28,16 +28,17 @@ def tree_shape(args: argparse.Namespace) -> TreeShape:
         raise UsageError(str(exc)) from None
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
+def add_arguments(p: argparse.ArgumentParser, scope: str = DEFAULT_SCOPE) -> None:
+    """The fast path's flags; `scope` is --compile-scope's default (serve.py's is "layers": see there)."""
     p.add_argument("--no-fuse", action="store_true",
                    help="keep q/k/v and gate/up as separate matmuls (default: fused, exact and faster)")
     p.add_argument("--compile", default="auto", choices=["auto", "on", "off"],
                    help="torch.compile the decode step inside its CUDA graph (auto: on a GPU where an earlier "
                         "--compile on start left this model's kernels in the compile cache)")
-    p.add_argument("--compile-scope", default=DEFAULT_SCOPE, choices=SCOPES,
+    p.add_argument("--compile-scope", default=scope, choices=SCOPES,
                    help="what --compile compiles: step, each captured step whole (every layer inlined: the fastest "
                         "step, minutes to compile a large model); layers, one decoder layer compiled once for all "
-                        f"layers and the LM head (the rest of the step eager in the CUDA graph). Default: {DEFAULT_SCOPE}")
+                        f"layers and the LM head (the rest of the step eager in the CUDA graph). Default: {scope}")
     p.add_argument("--compile-cache", default=None, metavar="DIR",
                    help=f"where compiled kernels are kept between starts (default: ${compile_cache.CACHE_ENV}, else "
                         "~/.cache/specdec/compile); 'none': no cache, so auto does not compile")

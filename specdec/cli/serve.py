@@ -41,7 +41,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
                    help="default: float32 on CPU, bfloat16 on CUDA")
     p.add_argument("--cuda-graphs", default="auto", choices=["auto", "on", "off"])
-    fast_flags.add_arguments(p)
+    # a server captures every batch width before it listens: compiled whole ("step"), an 8B-shaped server of 16 rows
+    # had not compiled its 5 widths after 470 s (benchmarks/logs/gpu_serve_8b_scopes.log); by layers it compiled in
+    # 39 to 83 s and served 0.95x to 1.06x SGLang's tokens/s (benchmarks/logs/gpu_serve_8b_two.log)
+    fast_flags.add_arguments(p, scope="layers")
     add_threads(p)
 
 
