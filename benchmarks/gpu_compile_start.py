@@ -213,8 +213,9 @@ read it. The last start of each plan ran under cProfile, which slows its compili
 
 "Of which tuning s" is dynamo's timer of inductor's coordinate-descent tuner ("tuning benchmarks" the kernel runs it made,
 counted from call 2). With every trace tuned, a start from a warm cache still tuned: {said(warm, "every")}. The first start had tuned those kernels and inductor's autotune cache
-was on; neither variant of its caching stopped the re-tuning, and why the tuned configurations are not reused was not
-found. Fewer traces (`dynamic`) saved seconds, not the tuning. Since call 3, `specdec/decoder/regions.py` tunes only a
+was on; neither variant of its caching stopped the re-tuning. It looks like inductor's open issue pytorch/pytorch#172819
+(a kernel loaded from the FX graph cache loses the mark that its cached config was found by coordinate descent, so it is
+tuned again; fixes were proposed in pytorch/pytorch#173391 and #181292), not verified on the GPU image's torch. Fewer traces (`dynamic`) saved seconds, not the tuning. Since call 3, `specdec/decoder/regions.py` tunes only a
 trace that reads one token (`regions.tunes`: where model.Linear's projections are reductions inductor writes; at more
 tokens they are cuBLAS matmuls). Then the starts after the first tuned {said(warm, "one-token")} (the first of
 them also compiled the untuned traces anew: other inductor options are another cache entry); the last of them ran under cProfile, and the unprofiled figure was not measured (the
