@@ -99,9 +99,9 @@ def compiling(args: argparse.Namespace, engine, warm, widths: int = 1) -> None:
     # first starts measured on an H200 for an 8B shape: 72 s whole, 19 s by layers (benchmarks/logs/gpu_fast_path.log)
     # a tree's drafter, compiled whole too: 244 and 277 s for one batch width, not done in 476 s for 16
     # (benchmarks/logs/gpu_tree_sweep_compiled.log); an 8B server's 5 widths whole: not done in 470 s on an H100
-    # (benchmarks/logs/gpu_serve_8b_scopes.log), by layers 81 s
+    # (benchmarks/logs/gpu_serve_8b_scopes.log), by layers 39 to 83 s on H200s (benchmarks/logs/gpu_compile_start.log)
     whole = engine.graphs.scope == "step"
-    what, first = (("decoder layers and LM head", "~20-60 s") if not whole
+    what, first = (("decoder layers and LM head", "~20-90 s") if not whole
                    else ("decode step", "up to ~1-2 min a batch width") if getattr(engine, "tree", None) is None
                    else ("decode step and the tree's drafter", "~4-5 min a batch width"))
     if whole and widths > 1:
