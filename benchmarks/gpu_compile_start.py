@@ -178,7 +178,9 @@ def render() -> str:
         return ""
     calls = [(n, c["runs"]) for n, c in every]
     devices = sorted({c["device"] for _, c in every})
-    compiled = lambda r: int(r["compiled_line"][0].split()[-2]) if r["compiled_line"] else None  # noqa: E731
+    from gpu_fast_path import compile_seconds
+
+    compiled = lambda r: compile_seconds("\n".join(r["compiled_line"]))  # noqa: E731
 
     def tuning(r) -> float | None:  # dynamo's timer of the coordinate-descent tuner, seconds (a row of its table)
         line = next((x for x in r["dynamo_compile_times"].splitlines() if "coordinate_descent_tuning" in x), None)

@@ -87,6 +87,13 @@ def prompt_text(n: int) -> str:
     return tok.decode(tok(source)["input_ids"][:n])
 
 
+
+def compile_seconds(text: str) -> int | None:
+    """The seconds of the last "specdec: compiled in N s" line that `specdec decode`/`serve` printed (fast.compiling),
+    or None where nothing was compiled."""
+    found = re.findall(r"compiled in (\d+) s", text)
+    return int(found[-1]) if found else None
+
 def decode(shape: str, plan: Plan, prompt: str, extra: list[str], env: dict, timeout: float) -> dict:
     """One `specdec decode` process: its JSON's timings, its wall time and the compile's time."""
     argv = [sys.executable, "-m", "specdec", "decode", "--random-weights", shape, "--method", "ar", "--prompt", prompt,
@@ -97,8 +104,7 @@ def decode(shape: str, plan: Plan, prompt: str, extra: list[str], env: dict, tim
     if r.returncode != 0:
         raise RuntimeError(f"exit status {r.returncode}: {(r.stderr.strip().splitlines() or [''])[-1][:300]}")
     d = json.loads(r.stdout)
-    compiled = re.search(r"compiled in (\d+) s", r.stderr)
-    return {"process_s": round(wall, 2), "compile_s": int(compiled.group(1)) if compiled else None,
+    return {"process_s": round(wall, 2), "compile_s": compile_seconds(r.stderr),
             "compiled": d["compiled"], "compile_scope": d["compile_scope"], "fused": d["fused"], "cuda_graphs": d["cuda_graphs"], "device": d["device"],
             "prompt_tokens": d["prompt_tokens"][0], "new_tokens": d["new_tokens"], "ttft_ms": 1e3 * d["ttft_s"],
             "tpot_ms": 1e3 * d["tpot_s"]}

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import time
 from pathlib import Path
@@ -35,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from gpu_fast_path import compile_seconds  # noqa: E402
 from gpu_lab3 import compare_with, env_report, model_dir, say  # noqa: E402
 
 from specdec.serving.measure.bench import SweepConfig, run_sweep  # noqa: E402
@@ -83,11 +83,12 @@ def measure(name: str, spec, args, out: Path, summary: dict, sweeps: dict, start
     try:
         summary["startup_s"][name] = getattr(srv, "startup_s", None) or round(time.time() - t, 1)
         summary["pids"][name] = srv.pid  # the smoke test checks that each is gone
-        compiled = re.findall(r"specdec: compiled in (\d+) s", read_log(out / "logs" / f"{name}.log"))
-        if compiled:
-            summary.setdefault("compile_s", {})[name] = int(compiled[-1])
+        log = out / "logs" / f"{name}.log"
+        compiled = compile_seconds(log.read_text(errors="replace")) if log.exists() else None
+        if compiled is not None:
+            summary.setdefault("compile_s", {})[name] = compiled
         say(f"{name}: healthy after {summary['startup_s'][name]:.0f} s"
-            + (f" (compiled in {compiled[-1]} s)" if compiled else ""))
+            + (f" (compiled in {compiled} s)" if compiled is not None else ""))
         cfg = SweepConfig(srv.url, (args.category,), args.levels, args.max_new_tokens, warmup=4,
                           min_run_s=args.min_run_s)
         sweeps[name] = sweep = run_sweep(cfg, progress=False)
@@ -103,10 +104,6 @@ def measure(name: str, spec, args, out: Path, summary: dict, sweeps: dict, start
         say(f"{name}: ERROR {exc!r}")
     finally:
         srv.stop()
-
-
-def read_log(path: Path) -> str:
-    return path.read_text(errors="replace") if path.exists() else ""
 
 
 def ratios(tok_s: dict, num: str, den: str) -> dict[str, float]:
