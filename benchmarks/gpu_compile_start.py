@@ -9,7 +9,8 @@ functions by cumulative time (cProfile), and the step it then runs (ms per greed
 change would save before making it (VARIANTS): `static` (today's: torch.compile(dynamic=False), a trace per shape),
 `dynamic` (dynamic=None: after a region's second shape dynamo traces it once with symbolic sizes), `nobundle` and
 `nostatic` (inductor's Triton bundle in its FX graph cache, or its static CUDA launcher, off), `tuneall` (every
-region's trace tuned by coordinate descent, as before regions.tunes; `static` tunes only one-token traces).
+region's trace tuned by coordinate descent, as before regions.tunes; `static` tunes only one-token traces), `retune`
+(without cuda_graphs.keep_tuned_configs, so a warm start tunes its one-config kernels again: pytorch/pytorch#172819).
 
 usage (GPU node): PYTHONPATH=. python3 benchmarks/gpu_compile_start.py --out $OUT/compile_start [--plan static,static/dynamic,dynamic]
 CPU smoke run: --shape tiny --max-running 2 --context 128 --device cpu --compile off (that the script runs: nothing compiles)
@@ -42,7 +43,7 @@ def child(a: argparse.Namespace) -> dict:
     from torch._dynamo.utils import compile_times, counters
 
     from specdec.cli import serve
-    from specdec.decoder import regions
+    from specdec.decoder import cuda_graphs, regions
 
     traced: list[str] = []
     real_compile = torch.compile
@@ -52,6 +53,8 @@ def child(a: argparse.Namespace) -> dict:
         setattr(torch._inductor.config, key, value)
     if a.variant == "tuneall":
         regions.tunes = lambda x: True
+    if a.variant == "retune":
+        cuda_graphs.keep_tuned_configs = lambda: False
 
     def counting(fn, **kw):  # the same compile, each graph handed to the backend counted with its input shapes
         if "dynamic" in kw:  # the regions' compile (the step scope's too)
@@ -104,12 +107,27 @@ def child(a: argparse.Namespace) -> dict:
             "coordesc_benchmarks": counters["inductor"]["coordesc_tuning_bench"], "profile_top": s.getvalue()[:12000]}
 
 
+def torch_source() -> str:
+    """The device torch's own code that cuda_graphs.keep_tuned_configs wraps (pytorch/pytorch#172819), for the log."""
+    import inspect
+
+    import torch
+    import torch._inductor.runtime.autotune_cache as ac
+    import torch._inductor.runtime.triton_heuristics as th
+
+    parts = [f"torch {torch.__version__}"]
+    for fn in (th.check_autotune_cache, th.CachingAutotuner.recheck_autotune_cache, ac._load_cached_autotuning):
+        parts.append(inspect.getsource(fn))
+    return "\n".join(parts)
+
+
 VARIANTS = {  # name -> (torch.compile's dynamic= for the regions, inductor config set before the start)
     "static": (False, {}),
     "dynamic": (None, {}),
     "nobundle": (False, {"bundle_triton_into_fx_graph_cache": False}),
     "nostatic": (False, {"use_static_cuda_launcher": False}),
     "tuneall": (False, {}),  # and every region's trace tuned by coordinate descent (main before regions.tunes)
+    "retune": (False, {}),  # without cuda_graphs.keep_tuned_configs (main before it: pytorch/pytorch#172819)
 }
 
 
@@ -125,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="starts in order, each a variant (" + ", ".join(VARIANTS) + "); '/' starts a new, empty "
                          "compile cache; the last start before a '/' runs under cProfile")
     ap.add_argument("--compile", default="on", help="off: the CPU smoke run (nothing compiled)")
+    ap.add_argument("--no-profile", action="store_true", help="no start under cProfile (the starts' seconds as users see them)")
+    ap.add_argument("--torch-source", action="store_true", help="write the device torch's code that keep_tuned_configs wraps")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--variant", default="static", help=argparse.SUPPRESS)
     ap.add_argument("--cache", default=None, help=argparse.SUPPRESS)
@@ -135,24 +155,27 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     out = Path(a.out or tempfile.mkdtemp())
     out.mkdir(parents=True, exist_ok=True)
+    if a.torch_source:
+        (out / "torch_source.txt").write_text(torch_source())
     results = []
     for group in a.plan.split("/"):
         cache, plan = tempfile.mkdtemp(prefix="cc-"), group.split(",")
         for start, variant in enumerate(plan, 1):
             t = time.time()
+            profiled = start == len(plan) and not a.no_profile
             cmd = [sys.executable, __file__, "--child", "--variant", variant, "--cache", cache, "--shape", a.shape,
                    "--max-running", str(a.max_running), "--context", str(a.context), "--device", a.device,
-                   "--new-tokens", str(a.new_tokens), "--compile", a.compile] + (["--profile"] if start == len(plan) else [])
+                   "--new-tokens", str(a.new_tokens), "--compile", a.compile] + (["--profile"] if profiled else [])
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
             p = subprocess.run(cmd, capture_output=True, text=True, env=env)
             line = next((x for x in p.stdout.splitlines() if x.startswith("RESULT ")), None)
             if line is None:
                 print(f"{variant} start {start}: FAILED rc {p.returncode}\n{p.stderr[-4000:]}", flush=True)
                 break
-            r = json.loads(line[7:]) | {"start": start, "plan": group, "process_s": round(time.time() - t, 1),
+            r = json.loads(line[7:]) | {"start": start, "plan": group, "process_s": round(time.time() - t, 1), "profiled": profiled,
                                         "compiled_line": [x for x in p.stderr.splitlines() if "compiled in" in x]}
             results.append(r)
-            print(f"== {group}: start {start} ({variant}{', profiled' if start == len(plan) else ''}): process "
+            print(f"== {group}: start {start} ({variant}{', profiled' if profiled else ''}): process "
                   f"{r['process_s']} s, load+warm-up {r['load_and_warm_s']} s, {r['compiled_line']}, "
                   f"{r['graphs_traced']} graphs traced, coordinate-descent benchmarks {r['coordesc_benchmarks']}, "
                   f"ms per step {r['ms_per_step']}", flush=True)
@@ -167,6 +190,10 @@ def main(argv: list[str] | None = None) -> int:
 
 # --- docs/results.md: this script's section (benchmarks/report.py stitches the sections) ---------------------------
 
+BEFORE_TUNES = {"call1", "call2"}  # calls run before regions.tunes (every trace tuned)
+BEFORE_KEEP = {"call1", "call2", "call3", "call4"}  # calls run before cuda_graphs.keep_tuned_configs
+
+
 def render() -> str:
     """The starts of benchmarks/results/gpu_compile_start/call*.json, one row each."""
     import page
@@ -176,7 +203,6 @@ def render() -> str:
     every = [(n.removesuffix(".json"), load(f"gpu_compile_start/{n}")) for n in names]
     if not every:
         return ""
-    calls = [(n, c["runs"]) for n, c in every]
     devices = sorted({c["device"] for _, c in every})
     from gpu_fast_path import compile_seconds
 
@@ -186,17 +212,34 @@ def render() -> str:
         line = next((x for x in r["dynamo_compile_times"].splitlines() if "coordinate_descent_tuning" in x), None)
         return float(line.split()[-1]) if line else None
 
-    def tuned(runs, r) -> str:  # which traces were tuned: a call with a `tuneall` start ran after regions.tunes
-        after = any(x["variant"] == "tuneall" for x in runs)
-        return "one-token" if after and r["variant"] != "tuneall" else "every"
+    def tuned(call, r) -> str:  # which traces were tuned
+        return "every" if call in BEFORE_TUNES or r["variant"] == "tuneall" else "one-token"
 
-    rows = [[c, r["plan"] if "plan" in r else r["variant"], r["start"], r["variant"], tuned(runs, r), compiled(r),
+    def kept(call, r) -> str:  # whether a reloaded kernel kept its tuned config (cuda_graphs.keep_tuned_configs)
+        if r["variant"] == "keeptuned":
+            return "partly (a first try, in the script)"
+        return "yes" if r["variant"] == "static" and call not in BEFORE_KEEP else "no"
+
+    def plan(r) -> str:  # call 1 did not record its plan: three starts of each variant
+        return r.get("plan") or ",".join([r["variant"]] * 3)
+
+    def profiled(r) -> bool:  # calls 1-3 ran the last start of each plan under cProfile
+        return r.get("profiled", r["start"] == len(plan(r).split(",")))
+
+    starts = [(c, r) for c, call in every for r in call["runs"]]
+    rows = [[c, plan(r), r["start"], r["variant"], "yes" if profiled(r) else "no", tuned(c, r), kept(c, r), compiled(r),
              tuning(r), r["graphs_traced"], r.get("coordesc_benchmarks"), r["ms_per_step"].get("1"),
-             r["ms_per_step"].get("16")] for c, runs in calls for r in runs]
-    warm = [(r, tuned(runs, r)) for _, runs in calls for r in runs
-            if r["start"] > 1 and r["variant"] in ("static", "tuneall") and tuning(r)]
-    files = [f"benchmarks/results/gpu_compile_start/{n}" for n in names]
-    said = lambda runs, which: ", ".join(f"{tuning(r):.1f} s of {compiled(r)} s" for r, t in runs if t == which)  # noqa: E731
+             r["ms_per_step"].get("16")] for c, r in starts]
+    warm = [(c, r) for c, r in starts if r["start"] > 1 and r["variant"] in ("static", "tuneall", "retune")]
+
+    def said(pick) -> str:
+        chosen = [r for c, r in warm if pick(c, r)]
+        return ", ".join(f"{compiled(r)} s" + (f" ({tuning(r):.1f} s tuning)" if tuning(r) else "") for r in chosen) or "none"
+
+    plain = lambda c, r: not profiled(r) and kept(c, r) == "no" and tuned(c, r) == "one-token"  # noqa: E731
+    keeping = lambda c, r: not profiled(r) and kept(c, r) == "yes"  # noqa: E731
+    met = [compiled(r) for c, r in warm if keeping(c, r)]
+    files = [f"benchmarks/results/gpu_compile_start/{n}.json" for n, _ in every]
     return f"""### Where a compiled server's second start goes
 
 {provenance(files, " and ".join(devices), "`benchmarks/gpu_compile_start.py`",
@@ -205,23 +248,35 @@ def render() -> str:
 Each start is a fresh process that builds the engine of `specdec serve --random-weights 8b --max-running-requests 16
 --compile on --compile-scope layers` (loading, compiling and the warm-up that captures every batch width), then times
 greedy steps at widths 1 and 16. The starts of one plan share one compile cache folder: the first fills it, the next
-read it. The last start of each plan ran under cProfile, which slows its compiling. Variants, in the script only:
-`static` is main's regions (`torch.compile(dynamic=False)`, a trace per shape), `dynamic` compiles them with
-`dynamic=None`, `nobundle` turns off inductor's Triton bundle in its FX graph cache, `nostatic` its static CUDA launcher,
-`tuneall` tunes every trace's kernels (main before call 3, whose `static` tunes only one-token traces).
+read it. In calls 1 to 3 the last start of each plan ran under cProfile, which slows its compiling; calls 4 and 5 ran
+none under it. Variants, in the script only: `static` is main's regions (`torch.compile(dynamic=False)`, a trace per
+shape), `dynamic` compiles them with `dynamic=None`, `nobundle` turns off inductor's Triton bundle in its FX graph cache,
+`nostatic` its static CUDA launcher, `tuneall` tunes every trace's kernels (main before call 3), `retune` leaves out
+`keep_tuned_configs` (main before call 5), `keeptuned` was a first try at it inside the script.
 
-{table(["call", "plan", "start", "variant", "traces tuned", "compiled s", "of which tuning s", "graphs traced", "tuning benchmarks",
-        "ms/step, 1 row", "ms/step, 16 rows"], rows)}
+{table(["call", "plan", "start", "variant", "profiled", "traces tuned", "tuned configs kept", "compiled s",
+        "of which tuning s", "graphs traced", "tuning benchmarks", "ms/step, 1 row", "ms/step, 16 rows"], rows)}
 
-"Of which tuning s" is dynamo's timer of inductor's coordinate-descent tuner ("tuning benchmarks" the kernel runs it made,
-counted from call 2). With every trace tuned, a start from a warm cache still tuned: {said(warm, "every")}. The first start had tuned those kernels and inductor's autotune cache
-was on; neither variant of its caching stopped the re-tuning. It looks like inductor's open issue pytorch/pytorch#172819
-(a kernel loaded from the FX graph cache loses the mark that its cached config was found by coordinate descent, so it is
-tuned again; fixes were proposed in pytorch/pytorch#173391 and #181292), not verified on the GPU image's torch. Fewer traces (`dynamic`) saved seconds, not the tuning. Since call 3, `specdec/decoder/regions.py` tunes only a
-trace that reads one token (`regions.tunes`: where model.Linear's projections are reductions inductor writes; at more
-tokens they are cuBLAS matmuls). Then the starts after the first tuned {said(warm, "one-token")} (the first of
-them also compiled the untuned traces anew: other inductor options are another cache entry); the last of them ran under cProfile, and the unprofiled figure was not measured (the
-session's device time ran out), so the goal of a second start under 15 s is not shown met.
+"Of which tuning s" is dynamo's timer of inductor's coordinate-descent tuner ("tuning benchmarks" the kernel runs it
+made, counted from call 2).
+
+- **Every trace tuned** (calls 1 and 2): a start from a warm cache still tuned; its warm starts compiled in
+  {said(lambda c, r: tuned(c, r) == "every")}. The first start had tuned those kernels and inductor's autotune cache was on;
+  neither variant of its caching stopped the re-tuning. Fewer traces (`dynamic`) saved seconds, not the tuning.
+- **Only one-token traces tuned** (`regions.tunes`, since call 3: where model.Linear's projections are reductions
+  inductor writes; at more tokens they are cuBLAS matmuls): the warm starts, unprofiled, compiled in {said(plain)}
+  (call 3's first of them also compiled the untuned traces anew: other inductor options are another cache entry).
+- **Why they were tuned again** (call 4 printed the device torch's code): this is inductor's open issue
+  pytorch/pytorch#172819. In torch 2.11, `CachingAutotuner.recheck_autotune_cache`, which a kernel reloaded from the FX
+  graph cache by the static launcher runs, reads the autotune cache only for a kernel with several configs, and does not
+  carry the cached config's `found_by_coordesc` over, so `run()` tunes the kernel again. (The local torch 2.13 has both
+  fixed.) `specdec/decoder/cuda_graphs.py`'s `keep_tuned_configs`, called by `use_cache`, wraps it: a one-config
+  kernel whose cached best was found by coordinate descent takes that config, marked if it is the kernel's own and
+  compiled if the tuner moved off it; where torch already did so it changes nothing. Call 4's first try only marked, and
+  the 9 kernels the tuner had moved were tuned again.
+- **With `keep_tuned_configs`** (call 5, beside `retune` in the same call): the warm starts compiled in
+  {said(keeping)}; the steps did not change. Goal, a second start of an 8B-shaped server compiling in under 15 s:
+  {"met" if met and max(met) < 15 else "not shown met"} for the engine process `specdec serve` starts. The server itself, beside SGLang, is the section above.
 """
 
 

@@ -279,3 +279,39 @@ def test_a_server_with_adaptive_k_warms_every_k_and_forgets_the_warm_ups_times()
     warm_up(engine)
     assert budgets[0] == budgets[-1] == 3 * (1 + 2 + 3 + 4) + 1  # every k's steps, each keeping up to k + 1 tokens
     assert policy.runs == {} and policy.seconds == {}
+
+
+@pytest.mark.parametrize("moved", [False, True])
+def test_a_reloaded_kernel_keeps_the_config_an_earlier_start_tuned(monkeypatch, moved):
+    """pytorch/pytorch#172819 as torch 2.11 has it: its recheck ignores the autotune cache for a one-config kernel, so
+    run() tunes the kernel again (coordinate descent) at every warm start. keep_tuned_configs makes the reloaded kernel
+    take the cached, tuned config: marked when it is the heuristic one, compiled when the tuner moved off it."""
+    import importlib
+    from types import SimpleNamespace
+
+    from specdec.decoder import cuda_graphs
+
+    th = importlib.import_module("torch._inductor.runtime.triton_heuristics")
+    heuristic = SimpleNamespace(kwargs={"XBLOCK": 64}, name="heuristic")
+    tuned = SimpleNamespace(kwargs={"XBLOCK": 128 if moved else 64}, name="tuned", found_by_coordesc=True)
+    monkeypatch.setattr(th.CachingAutotuner, "recheck_autotune_cache", lambda self, reload: None)  # 2.11: nothing
+    monkeypatch.setattr(th, "check_autotune_cache", lambda configs, filename, meta: (
+        [tuned], None, {"autotune_cache_state": "hit"}) if filename == "k.py" else (configs, None, {}))
+    monkeypatch.setattr(th, "triton_config_to_hashable", lambda c: tuple(sorted(c.kwargs.items())))
+    kernel = SimpleNamespace(compile_results=[SimpleNamespace(config=heuristic)], filename="k.py",
+                             inductor_meta={"coordinate_descent_tuning": True}, fn=SimpleNamespace(fn=None))
+    kernel._precompile_config = lambda c: SimpleNamespace(config=c)
+    reload = lambda: SimpleNamespace(fn="the kernel's source")  # noqa: E731
+    th.CachingAutotuner.recheck_autotune_cache(kernel, reload)  # the planted bug: the tuned config is not taken
+    assert not getattr(kernel.compile_results[0].config, "found_by_coordesc", False)
+
+    assert cuda_graphs.keep_tuned_configs() and cuda_graphs.keep_tuned_configs()  # twice: wrapped once
+    assert th.CachingAutotuner.recheck_autotune_cache.keeps_tuned
+    th.CachingAutotuner.recheck_autotune_cache(kernel, reload)
+    config = kernel.compile_results[0].config
+    assert config.found_by_coordesc and config.kwargs["XBLOCK"] == (128 if moved else 64)
+    assert (config is tuned and kernel.fn == "the kernel's source") if moved else (config is heuristic)
+    never = SimpleNamespace(compile_results=[SimpleNamespace(config=heuristic)], filename="other.py",
+                            inductor_meta={"coordinate_descent_tuning": True}, fn=None)
+    th.CachingAutotuner.recheck_autotune_cache(never, reload)  # never tuned: left for run() to tune
+    assert never.compile_results[0].config is heuristic

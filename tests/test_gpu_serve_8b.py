@@ -43,7 +43,8 @@ def test_the_8b_serve_benchmark_runs_its_part_on_the_cpu(tmp_path, monkeypatch):
 
     monkeypatch.setattr(page, "RES", tmp_path)  # render() reads every summary_*.json of the folder
     section = gpu_serve_8b.render()
-    assert "8B-shaped model of random weights" in section and "| 1 |  | " in section and "Goals:" in section
+    assert "8B-shaped model of random weights" in section and "| 1 | " in section and "Goals: adaptive" in section
+    assert "SGLang plain |" not in section  # no SGLang in this part: no empty columns, no goal against it
     assert "different cards" not in section
 
     # a part split over device calls (--servers), on another card: merged, and said

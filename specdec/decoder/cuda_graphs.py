@@ -10,6 +10,7 @@ per owner, so that two owners never replay each other's captures.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import sys
 from pathlib import Path
@@ -48,7 +49,51 @@ def use_cache(directory: Path) -> Path:
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(directory)
     torch._inductor.config.fx_graph_cache = True
     torch._inductor.config.autotune_local_cache = True
+    keep_tuned_configs()
     return directory
+
+
+def keep_tuned_configs() -> bool:
+    """Let a kernel loaded from inductor's cache keep the tile sizes an earlier start tuned for it.
+
+    pytorch/pytorch#172819 (open; torch 2.11 has it, 2.13 not): a kernel with one heuristic config, reloaded from the
+    FX graph cache by the static CUDA launcher (`CachingAutotuner.recheck_autotune_cache`), never reads the autotune
+    cache, so `run()` tunes it by coordinate descent again at every start: 40 of the 80 tuning runs of an 8B
+    server's warm start, about 4 s of its 15 (docs/results.md, "Where a compiled server's second start goes").
+    Wrapped here: after torch's own recheck, a one-config kernel whose cached best was found by coordinate descent
+    takes that config (marked, or compiled if it differs), as torch's recheck does for several configs. Where torch
+    already did so this changes nothing. Returns whether the wrapper is in place."""
+    # imported here, not at the top: 1 s on a CPU, and only a compiled start needs it
+    heuristics = importlib.import_module("torch._inductor.runtime.triton_heuristics")
+    autotuner = getattr(heuristics, "CachingAutotuner", None)
+    recheck = getattr(autotuner, "recheck_autotune_cache", None)
+    if recheck is None or not hasattr(heuristics, "check_autotune_cache"):
+        return False  # another torch: leave it alone
+    if getattr(recheck, "keeps_tuned", False):
+        return True
+
+    def rechecked(self, reload_kernel_from_src):
+        configs = [r.config for r in self.compile_results]
+        recheck(self, reload_kernel_from_src)
+        if len(configs) != 1 or not self.inductor_meta.get("coordinate_descent_tuning"):
+            return  # several configs: torch's own recheck picked the best
+        if getattr(self.compile_results[0].config, "found_by_coordesc", False):
+            return  # torch's recheck did it
+        cached, _, info = heuristics.check_autotune_cache(configs, self.filename, self.inductor_meta)
+        best = cached[0]
+        if info.get("autotune_cache_state") != "hit" or not getattr(best, "found_by_coordesc", False):
+            return  # never tuned: run() tunes it and saves the result
+        hashable = heuristics.triton_config_to_hashable
+        if hashable(best) == hashable(configs[0]):
+            self.compile_results[0].config.found_by_coordesc = True
+        else:  # the tuner moved off the heuristic config: compile the one it found (the kernel's source on demand)
+            if self.fn.fn is None:
+                self.fn = reload_kernel_from_src().fn
+            self.compile_results = [self._precompile_config(best)]
+
+    rechecked.keeps_tuned = True
+    autotuner.recheck_autotune_cache = rechecked
+    return True
 
 
 class GraphedStep:
