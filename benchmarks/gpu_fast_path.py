@@ -232,6 +232,12 @@ def render() -> str:
              sglang[e["shape"]] / e["tpot_ms"] if e.get("tpot_ms") and e["shape"] in sglang else None]
             for e in data["runs"]]
     anchor = ", ".join(f"{s} {ms:.3f} ms" for s, ms in sglang.items())
+    when = ""  # a shape measured again in a later call keeps its own date (env_SHAPE: the call of the other rows)
+    for shape in (s for s in data["floor"] if f"env_{s}" in data):
+        others = ", ".join(s for s in data["floor"] if s != shape)
+        when += (f" The {others} rows come from a call on {data['env']['date'][:10]} (the device's git printed {data['env']['commit']}), the {shape}"
+                 f" rows from one on {data[f'env_{shape}']['date'][:10]} ({data[f'env_{shape}']['commit']}), each with"
+                 " SGLang in its call.")
     return f"""### The default `specdec decode` path on random weights
 
 {provenance(["benchmarks/results/gpu_fast_path.json"], data["env"]["device"], "`benchmarks/gpu_fast_path.py`",
@@ -245,7 +251,7 @@ the model's kernels, as it then did), for each `--compile-scope` (`step` compile
 decoder layer for all layers and the LM head), then `--compile off`, then the checkpoint's own
 layout. SGLang 0.5.16 plain on the same shapes
 and machine (random weights, triton attention, CUDA graphs; `benchmarks/gpu_fast_path_sglang.py decode`), batch-1 time
-per output token at 512 tokens of context: {anchor}.
+per output token at 512 tokens of context: {anchor}.{when}
 
 {table(header, rows)}
 """

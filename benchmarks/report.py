@@ -55,7 +55,7 @@ TOPICS = [
                                            ("gpu_lab3", "render_zoo"), ("gpu_fast_path_sglang", "render_serve"),
                                            ("gpu_serve_8b", "render"), ("gpu_serve_8b", "render_scopes"),
                                            ("gpu_serve_8b", "render_two_process"), ("gpu_compile_start", "render"),
-                                           ("gpu_serve_8b", "render_adaptive"),
+                                           ("gpu_serve_8b", "render_adaptive"), ("gpu_serve_stop", "render"),
                                            ("gpu_admit_cost", "render"), ("gpu_admit_cost", "render_captured"),
                                            ("gpu_serve_scale", "render")]),
     ("Where speculation stops paying", [("gpu_lab3", "render_where")]),
