@@ -56,10 +56,11 @@ def use_cache(directory: Path) -> Path:
 def keep_tuned_configs() -> bool:
     """Let a kernel loaded from inductor's cache keep the tile sizes an earlier start tuned for it.
 
-    pytorch/pytorch#172819 (open; torch 2.11 has it, 2.13 not): a kernel with one heuristic config, reloaded from the
-    FX graph cache by the static CUDA launcher (`CachingAutotuner.recheck_autotune_cache`), never reads the autotune
-    cache, so `run()` tunes it by coordinate descent again at every start: 40 of the 80 tuning runs of an 8B
-    server's warm start, about 4 s of its 15 (docs/results.md, "Where a compiled server's second start goes").
+    pytorch/pytorch#172819 (torch 2.11 has it; the CPU venv's 2.13 has it fixed): a kernel with one heuristic
+    config, reloaded from the FX graph cache by the static CUDA launcher (`CachingAutotuner.recheck_autotune_cache`),
+    never reads the autotune cache, so `run()` tunes it by coordinate descent again at every start: on an 8B server's
+    engine about 60 of a warm start's 70 to 80 tuning runs, 4 to 5 s of a 13-s compile (docs/results.md, "Where a
+    compiled server's second start goes").
     Wrapped here: after torch's own recheck, a one-config kernel whose cached best was found by coordinate descent
     takes that config (marked, or compiled if it differs), as torch's recheck does for several configs. Where torch
     already did so this changes nothing. Returns whether the wrapper is in place."""
