@@ -114,10 +114,14 @@ SLOW_TESTS = {
     "test_the_port_in_use_is_a_one_line_error", "test_a_bad_serve_flag_is_named",
     "test_the_cpu_path_is_ready_here_and_a_busy_port_or_a_missing_model_is_not",
     "test_timeout_mid_start_kills_the_server_and_reports_its_log",
+    "test_the_engine_process_killed_turns_health_503_and_fails_its_requests", "test_serve_exits_1_when_its_engine_process_dies",
+    "test_the_engine_process_exits_when_serve_is_killed", "test_ctrl_c_to_the_process_group_drains_and_stops_both",
+    "test_a_missing_model_is_still_one_line_and_status_2", "test_cuda_without_a_gpu_is_still_one_line_and_status_2",
+    "test_only_the_engine_process_loads_torch", "test_a_slow_answer_from_the_engine_process_does_not_stall_the_event_loop",
     # a benchmark script
     "test_the_host_step_benchmark_runs_and_records_both_batches",
     "test_an_unknown_part_or_a_compiled_variant_that_is_not_a_plain_step_is_refused",
-    "test_an_unknown_variant_is_refused_before_any_work",
+    "test_an_unknown_variant_is_refused_before_any_work", "test_each_start_is_a_process_and_the_section_reads_the_results",
     # a `specdec` process of its own that loads torch (3 to 5 s of CPU each; tests/test_cli.py keeps the quick ones)
     "test_missing_file_names_it_and_the_rebuild_command", "test_truncated_weights_name_the_file_and_the_rebuild_command",
     "test_corrupted_zoo_json_names_it", "test_bad_arguments_are_one_line", "test_cuda_without_a_gpu_is_one_line",
