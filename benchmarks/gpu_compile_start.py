@@ -55,6 +55,7 @@ def child(a: argparse.Namespace) -> dict:
         regions.tunes = lambda x: True
     if a.variant == "retune":
         cuda_graphs.keep_tuned_configs = lambda: False
+    tuned_kernels = record_tuned()
 
     def counting(fn, **kw):  # the same compile, each graph handed to the backend counted with its input shapes
         if "dynamic" in kw:  # the regions' compile (the step scope's too)
@@ -104,7 +105,28 @@ def child(a: argparse.Namespace) -> dict:
             "traced": sorted(set(traced)), "traced_counts": {k: traced.count(k) for k in sorted(set(traced))},
             "dynamo_compile_times": compile_times(repr="str", aggregate=True)[:4000],
             "ms_per_step": steps,
-            "coordesc_benchmarks": counters["inductor"]["coordesc_tuning_bench"], "profile_top": s.getvalue()[:12000]}
+            "coordesc_benchmarks": counters["inductor"]["coordesc_tuning_bench"], "profile_top": s.getvalue()[:12000],
+            "tuned_kernels": tuned_kernels}
+
+
+def record_tuned() -> list[dict]:
+    """Each kernel inductor tunes by coordinate descent in this start: its name, whether the static CUDA launcher loaded
+    it (only those pass through recheck_autotune_cache), its configs, and whether it was reloaded from a cache."""
+    import importlib
+
+    th = importlib.import_module("torch._inductor.runtime.triton_heuristics")
+    seen: list[dict] = []
+    tune = th.CachingAutotuner.coordinate_descent_tuning
+
+    def recorded(self, launcher, *args, **kwargs):
+        static = getattr(self, "is_statically_launchable", lambda: None)
+        seen.append({"kernel": self.inductor_meta.get("kernel_name") or getattr(self.fn, "__name__", "?"),
+                     "static": bool(static()) if callable(static) else None, "configs": len(self.configs or []),
+                     "cache_state": (getattr(self, "autotune_cache_info", None) or {}).get("autotune_cache_state")})
+        return tune(self, launcher, *args, **kwargs)
+
+    th.CachingAutotuner.coordinate_descent_tuning = recorded
+    return seen
 
 
 def torch_source() -> str:
@@ -181,6 +203,13 @@ def main(argv: list[str] | None = None) -> int:
                   f"ms per step {r['ms_per_step']}", flush=True)
             for k, n in r["traced_counts"].items():
                 print(f"   {n} x {k}")
+            if start > 1 and r.get("tuned_kernels"):  # a warm start: which kernels were tuned again
+                kinds: dict[str, int] = {}
+                for t in r["tuned_kernels"]:
+                    key = f"static {t['static']}, {t['configs']} config(s), cache {t['cache_state']}"
+                    kinds[key] = kinds.get(key, 0) + 1
+                print(f"   tuned again: {len(r['tuned_kernels'])} kernels: {kinds}; e.g. "
+                      + ", ".join(t["kernel"] for t in r["tuned_kernels"][:6]))
             print(r["dynamo_compile_times"])
             print(r["profile_top"][:6000], flush=True)
             (out / "compile_start.json").write_text(json.dumps(
@@ -239,6 +268,12 @@ def render() -> str:
     plain = lambda c, r: not profiled(r) and kept(c, r) == "no" and tuned(c, r) == "one-token"  # noqa: E731
     keeping = lambda c, r: not profiled(r) and kept(c, r) == "yes"  # noqa: E731
     met = [compiled(r) for c, r in warm if keeping(c, r)]
+    again = [(c, r) for c, r in warm if keeping(c, r) and r.get("tuned_kernels") is not None]
+    kernels = lambda n: f"{n} kernel" + ("s" if n != 1 else "")  # noqa: E731
+    still = "".join((f" In {c}'s warm start it tuned {kernels(len(r['tuned_kernels']))} again ("
+                     + ", ".join(f"`{t['kernel']}`" for t in r["tuned_kernels"]) + "): loaded by the static launcher, "
+                     "their autotune cache entry a hit; why their tuned config did not stick was not looked into.")
+                    if r["tuned_kernels"] else f" In {c}'s warm start it tuned no kernel again." for c, r in again)
     files = [f"benchmarks/results/gpu_compile_start/{n}.json" for n, _ in every]
     return f"""### Where a compiled server's second start goes
 
@@ -274,9 +309,9 @@ made, counted from call 2).
   kernel whose cached best was found by coordinate descent takes that config, marked if it is the kernel's own and
   compiled if the tuner moved off it; where torch already did so it changes nothing. Call 4's first try only marked, and
   the 9 kernels the tuner had moved were tuned again.
-- **With `keep_tuned_configs`** (call 5, beside `retune` in the same call): the warm starts compiled in
+- **With `keep_tuned_configs`** (call 5, beside `retune` in the same call; call 6 again): the warm starts compiled in
   {said(keeping)}; the steps did not change. Goal, a second start of an 8B-shaped server compiling in under 15 s:
-  {"met" if met and max(met) < 15 else "not shown met"} for the engine process `specdec serve` starts. The server itself, beside SGLang, is the section above.
+  {"met" if met and max(met) < 15 else "not shown met"} for the engine process `specdec serve` starts. The server itself, beside SGLang, is the section above.{still}
 """
 
 

@@ -24,6 +24,7 @@ def test_each_start_is_a_process_and_the_section_reads_the_results(tmp_path, mon
     assert all(r["graphs_traced"] == 0 for r in result["runs"])  # --compile off: nothing reaches dynamo
     assert "== static,dynamic: start 2 (dynamic, profiled)" in proc.stdout and "cumulative" in result["runs"][1]["profile_top"]
     assert [r["profiled"] for r in result["runs"]] == [False, True]
+    assert all(r["tuned_kernels"] == [] for r in result["runs"])  # recorded in every start (none on the CPU)
     assert "def recheck_autotune_cache" in (out / "torch_source.txt").read_text()  # what keep_tuned_configs wraps
 
     monkeypatch.syspath_prepend(str(BENCH))
@@ -46,3 +47,7 @@ def test_each_start_is_a_process_and_the_section_reads_the_results(tmp_path, mon
     section = gpu_compile_start.render()
     assert "| call5 | static,dynamic | 2 | static | no | one-token | yes | 8 | 1.45 |" in section
     assert "compiled in\n  8 s (1.5 s tuning); the steps did not change" in section and "under 15 s:\n  met" in section
+    assert "In call5's warm start it tuned no kernel again." in section  # the CPU compiles nothing: no kernel tuned
+    (tmp_path / "gpu_compile_start" / "call5.json").write_text(json.dumps({**result, "runs": [
+        {**kept, "tuned_kernels": [{"kernel": "triton_poi_x", "static": True, "configs": 0, "cache_state": "hit"}]}]}))
+    assert "it tuned 1 kernel again (`triton_poi_x`)" in gpu_compile_start.render()
