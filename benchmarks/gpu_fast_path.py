@@ -87,12 +87,12 @@ def prompt_text(n: int) -> str:
     return tok.decode(tok(source)["input_ids"][:n])
 
 
-
 def compile_seconds(text: str) -> int | None:
     """The seconds of the last "specdec: compiled in N s" line that `specdec decode`/`serve` printed (fast.compiling),
     or None where nothing was compiled."""
     found = re.findall(r"compiled in (\d+) s", text)
     return int(found[-1]) if found else None
+
 
 def decode(shape: str, plan: Plan, prompt: str, extra: list[str], env: dict, timeout: float) -> dict:
     """One `specdec decode` process: its JSON's timings, its wall time and the compile's time."""

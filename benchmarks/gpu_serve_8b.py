@@ -303,13 +303,19 @@ def render_two_process() -> str:
     if not (sg and ours):
         return ""
     dyn_sg, dyn = (load(f"gpu_serve_8b_two/dynamic_regions/summary_{n}.json") for n in ("sglang", "ours_plain"))
-    theirs, tok, goal = sg["tok_s"]["sglang_plain"], ours["tok_s"], GOALS["plain_vs_sglang"]
-    levels = [str(c) for c in ours["levels"]]
-    ratio_to = lambda a, b, c: a[c] / b[c] if a.get(c) and b.get(c) else None  # noqa: E731
-    ratio = lambda a, c: ratio_to(a, theirs, c)  # noqa: E731
-    first, again = tok["ours_plain"], tok.get("ours_plain_restart", {})
-    rows = [[c, theirs.get(c), first.get(c), ratio(first, c), again.get(c), ratio(again, c)] for c in levels]
-    missed = [f"{ratio(first, c):.2f}x at {c}" for c in levels if (ratio(first, c) or 0) < goal]
+    goal, levels = GOALS["plain_vs_sglang"], [str(c) for c in ours["levels"]]
+    header = ["concurrency", "SGLang plain tok/s", "ours, first start", "/ SGLang", "ours, second start", "/ SGLang"]
+
+    def two_starts(sg: dict, ours: dict) -> tuple[list[list], list[str], list[str]]:
+        """Rows of both starts against SGLang, and where the first start, and where either start, missed the goal."""
+        theirs, first, again = sg["tok_s"]["sglang_plain"], ours["tok_s"]["ours_plain"], ours["tok_s"].get(
+            "ours_plain_restart", {})
+        ratio = lambda a, c: a[c] / theirs[c] if a.get(c) and theirs.get(c) else None  # noqa: E731
+        rows = [[c, theirs.get(c), first.get(c), ratio(first, c), again.get(c), ratio(again, c)] for c in levels]
+        missed = lambda a: [f"{ratio(a, c):.2f}x at {c}" for c in levels if (ratio(a, c) or 0) < goal]  # noqa: E731
+        return rows, missed(first), missed(first) + missed(again)
+
+    rows, missed, _ = two_starts(sg, ours)
     start, comp = ours["startup_s"], ours.get("compile_s", {})
     files = ["benchmarks/results/gpu_serve_8b_two/summary_sglang.json", "benchmarks/results/gpu_serve_8b_two/summary_ours_plain.json"]
     tried = ""
@@ -325,19 +331,15 @@ against SGLang in that call it served {d_ratio} (`benchmarks/results/gpu_serve_8
     kept = ""
     k_sg, k = (load(f"gpu_serve_8b_two/keep_tuned/summary_{n}.json") for n in ("sglang", "ours_plain"))
     if k_sg and k:
-        k_theirs, k_tok, k_comp, k_start = k_sg["tok_s"]["sglang_plain"], k["tok_s"], k.get("compile_s", {}), k["startup_s"]
-        k_first, k_again = k_tok["ours_plain"], k_tok.get("ours_plain_restart", {})
-        k_rows = [[c, k_theirs.get(c), k_first.get(c), ratio_to(k_first, k_theirs, c), k_again.get(c),
-                   ratio_to(k_again, k_theirs, c)] for c in levels]
-        k_missed = [f"{ratio_to(a, k_theirs, c):.2f}x at {c}" for a in (k_first, k_again) for c in levels
-                    if (ratio_to(a, k_theirs, c) or 0) < goal]
+        k_comp, k_start = k.get("compile_s", {}), k["startup_s"]
+        k_rows, _, k_missed = two_starts(k_sg, k)
         again_s = k_comp.get("ours_plain_restart") or 99
         kept = f"""
 Then, in a later session, with the next section's fixes (only one-token traces tuned, and a kernel reloaded from the
 cache keeping its tuned config), the same command in one call on a {k["device"]} that had just run that section's call 5
 (Triton's own kernel cache was warm, so the first start is not a cold one; specdec's compile cache was empty):
 
-{table(["concurrency", "SGLang plain tok/s", "ours, first start", "/ SGLang", "ours, second start", "/ SGLang"], k_rows)}
+{table(header, k_rows)}
 
 - Goal: ours plain >= {goal}x SGLang at concurrency 1 to 16, both starts: {"met at every level" if not k_missed else "missed: " + ", ".join(k_missed)}.
 - The second start was healthy after {k_start.get("ours_plain_restart", 0):.0f} s and compiled in {k_comp.get("ours_plain_restart")} s
@@ -355,7 +357,7 @@ ours started together (ours compiled while SGLang loaded), each then swept alone
 again on the compile cache its first start had filled, and swept again. Prompts: {ours["category"]},
 {ours["max_new_tokens"]} tokens, runs of at least {ours["min_run_s"]:g} s.
 
-{table(["concurrency", "SGLang plain tok/s", "ours, first start", "/ SGLang", "ours, second start", "/ SGLang"], rows)}
+{table(header, rows)}
 
 - Goal: ours plain >= {goal}x SGLang at concurrency 1 to 16 (first start): {"met at every level" if not missed else "missed: " + ", ".join(missed)}.
 - Starts: the first was healthy after {start["ours_plain"]:.0f} s (compiled in {comp.get("ours_plain")} s, beside SGLang's start),

@@ -27,11 +27,13 @@ import requests
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from specdec.serving.ops.lifecycle import pid_alive  # noqa: E402
 from specdec.serving.ops.ports import free_port  # noqa: E402
 
 
 def tree_of(pid: int) -> dict[int, str]:
-    """pid and its descendants -> their command lines, read from /proc."""
+    """pid and its descendants -> their command lines, read from /proc (by parent, not session: a descendant that left
+    the server's session is still counted)."""
     parent: dict[int, int] = {}
     argv: dict[int, str] = {}
     for p in filter(str.isdigit, os.listdir("/proc")):
@@ -47,14 +49,6 @@ def tree_of(pid: int) -> dict[int, str]:
         found[p] = argv.get(p, "?")[:160]
         todo += [c for c, pp in parent.items() if pp == p and c not in found]
     return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
             result["exit_status"] = None
         result["exit_after_s"] = round(time.time() - t, 1)
         time.sleep(5)  # what a process given its parent's exit needs to notice it
-        left = {p: c for p, c in tree.items() if alive(p)}
+        left = {p: c for p, c in tree.items() if pid_alive(p)}
         result["left"] = {str(p): c for p, c in left.items()}
     finally:
         for p in list(tree_of(server.pid)) if server.poll() is None else []:

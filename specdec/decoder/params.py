@@ -101,8 +101,8 @@ class TreeShape:
 # What --compile compiles (Engine(compile=...)): "step", each captured step whole (every layer inlined, one trace
 # per capture: the fastest step measured so far, minutes to compile an 8B model); "layers", each decoder layer and
 # the LM head as compile regions (regions.py: one trace per shape serves every layer), the rest of the step eager
-# inside our graph. True means DEFAULT_SCOPE: "step", `specdec decode`'s default (one batch width; its step 2 to 11%
-# faster than by layers on an H200, benchmarks/logs/gpu_fast_path.log); `specdec serve` defaults to "layers", which
+# inside our graph. True means DEFAULT_SCOPE: "step", `specdec decode`'s default (one batch width; its 8B step 0.3 to
+# 11% faster than by layers on H200s, benchmarks/logs/gpu_fast_path.log); `specdec serve` defaults to "layers", which
 # compiles its every batch width in a minute where "step" took many (cli/serve.py).
 SCOPES = ("step", "layers")
 DEFAULT_SCOPE = "step"
