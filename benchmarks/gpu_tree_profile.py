@@ -13,6 +13,7 @@ usage (GPU): PYTHONPATH=. python3 benchmarks/gpu_tree_profile.py --out $OUT/tree
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -22,6 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from specdec.decoder.cuda_graphs import Graphs  # noqa: E402
 from specdec.decoder.engine import Engine  # noqa: E402
 from specdec.zoo import load_bundle  # noqa: E402
 from specdec.zoo.evaluate import trained_tokenizer  # noqa: E402
@@ -43,7 +45,11 @@ def n_steps(result) -> int:
 
 
 def graphs(bundle, prompts, shape, new: int, compile: str | bool = False) -> dict:
+    """compile: a scope, or "step-tuneall": the step scope with every capture tuned (before Graphs' tune=False)."""
     s, k, n = shape
+    if compile == "step-tuneall":
+        with tune_all():
+            return graphs(bundle, prompts, shape, new, "step")
     e = Engine(bundle, "eagle", k=s, topk=k, num_draft_tokens=n, max_batch=1, max_len=1024, cuda_graphs="on",
                compile=compile)
     t = time.perf_counter()
@@ -64,6 +70,17 @@ def graphs(bundle, prompts, shape, new: int, compile: str | bool = False) -> dic
             split[key] += r.times.get(key, 0.0)
     return dict(ms_per_step=1e3 * wall / steps, steps=steps, tokens=new * len(prompts), first_s=first_s,
                 split_ms_per_step={key: 1e3 * v / steps for key, v in split.items()})  # the same prompts, greedy: the same steps
+
+
+@contextlib.contextmanager
+def tune_all():
+    """Every capture compiled with inductor's tuning, whatever its caller asks (the code before this commit)."""
+    call = Graphs.__call__
+    Graphs.__call__ = lambda self, *a, tune=True, **kw: call(self, *a, tune=True, **kw)
+    try:
+        yield
+    finally:
+        Graphs.__call__ = call
 
 
 def kernels(bundle, prompts, shape, new: int) -> dict:
@@ -93,8 +110,9 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--shapes", default="7,1,8:7,4,8:15,1,16:15,4,16")
     ap.add_argument("--max-new-tokens", type=int, default=96)
-    ap.add_argument("--compile", default="off", help="off, or a list of scopes (step,layers): each shape's graphed "
-                    "decode also compiled (the target's steps and, since this commit, the drafter's)")
+    ap.add_argument("--no-kernels", action="store_true", help="leave out the eager kernel profile")
+    ap.add_argument("--compile", default="off", help="off, or a list of scopes (step,layers; step-tuneall: step with "
+                    "every capture tuned): each shape's graphed decode also compiled (a tree's drafter too)")
     args = ap.parse_args()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -108,12 +126,13 @@ def main() -> None:
     result = {}
     for shape in shapes:
         g = graphs(bundle, prompts, shape, args.max_new_tokens)
-        kern = kernels(bundle, prompts, shape, args.max_new_tokens)
+        kern = None if args.no_kernels else kernels(bundle, prompts, shape, args.max_new_tokens)
         result[",".join(map(str, shape))] = dict(graphs=g, kernels=kern)
         split = ", ".join(f"{key} {v:.2f}" for key, v in g["split_ms_per_step"].items())
-        say(f"{shape}: graphs {g['ms_per_step']:.2f} ms/step ({g['steps']} steps; with syncs: {split} ms); eager GPU "
-            f"{kern['gpu_us_per_step'] / 1e3:.2f} ms/step in {kern['kernels_per_step']:.0f} kernels")
-        for row in kern["top"]:
+        say(f"{shape}: graphs {g['ms_per_step']:.2f} ms/step ({g['steps']} steps; with syncs: {split} ms)" + (
+            "" if kern is None else f"; eager GPU {kern['gpu_us_per_step'] / 1e3:.2f} ms/step in "
+                                    f"{kern['kernels_per_step']:.0f} kernels"))
+        for row in [] if kern is None else kern["top"]:
             say(f"    {row['us_per_step']:8.1f} us  {row['per_step']:6.1f}x  {row['kernel']}")
         out.write_text(json.dumps(result, indent=1))
     for scope in [] if args.compile == "off" else args.compile.split(","):

@@ -2,6 +2,7 @@ import functools
 import os
 import re
 import signal
+import sys
 import tempfile
 from pathlib import Path
 
@@ -25,6 +26,10 @@ torch.set_num_threads(1)
 # Ctrl-C as in a terminal, even where the test run was started with SIGINT ignored (a background job, nohup):
 # the tests of Ctrl-C rely on it, and the servers and rooms they start inherit it
 signal.signal(signal.SIGINT, signal.default_int_handler)
+# pytest keeps each test module's assertion-rewritten code in tests/__pycache__ unless bytecode writing is off, as
+# PYTHONDONTWRITEBYTECODE turns it off on the course's machines: then every worker of every run rewrites all of
+# them again (about 3 s of each worker's collection). Only this process's writes: what it starts inherits the env.
+sys.dont_write_bytecode = False
 
 
 @pytest.fixture(scope="session")

@@ -253,7 +253,11 @@ class Graphs:
         if self.scope == "step":  # a compile per capture; past dynamo's default of 8 per function the rest would run unfused
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 256)
 
-    def __call__(self, name: str, fn: Callable, *args, state: tuple[torch.Tensor, ...] = (), span: int | None = None):
+    def __call__(self, name: str, fn: Callable, *args, state: tuple[torch.Tensor, ...] = (), span: int | None = None,
+                 tune: bool = True):
+        """tune=False: a capture compiled whole ("step") has inductor's kernels left untuned (INDUCTOR_OPTIONS tunes
+        them), for a step that reads several tokens a row (a tree's): its projections are cuBLAS matmuls, and tuning
+        the rest costs minutes of compile for nothing measurable (regions.tunes says the same of a region)."""
         if self.mode is None:
             return fn(*args)
         tensors = tuple(a for a in args if a is not None)
@@ -271,6 +275,7 @@ class Graphs:
             kind = GraphedStep if self.mode == "cuda" else EmulatedGraph
             # the first calls (the warm-up) compile, whole or by region, so inductor's options apply there;
             # torch._inductor is imported on first use, so runs without compile never pay its second of import
-            with torch._inductor.config.patch(INDUCTOR_OPTIONS) if self.compile else contextlib.nullcontext():
+            options = dict(INDUCTOR_OPTIONS, coordinate_descent_tuning=False) if not tune else INDUCTOR_OPTIONS
+            with torch._inductor.config.patch(options) if self.compile else contextlib.nullcontext():
                 self.captured[key] = kind(run, tensors, state=state, pool=self.pool)
         return self.captured[key](*tensors)

@@ -337,7 +337,7 @@ class Engine:
             u = self._uniforms(0, width, k * self.tree.topk + 1) if rows.sampling else None
             host, count, hidden = self.graphs(
                 "tree" + self._rule(rows), lambda *a: self._tree_verify(cache, rows, TreeDrafts(*a[:4], k), a[4]),
-                *tree.tensors(), u, state=rows.tensors(), span=span)
+                *tree.tensors(), u, state=rows.tensors(), span=span, tune=False)  # N tokens a row: untuned
             self.proposer.accepted(rows, hidden, count)
         else:
             k = self.policy.choose(width) if self.policy is not None else k

@@ -91,7 +91,9 @@ class Proposer:
         """fn(*args) -> TreeDrafts (tree.grow's static-shape expansion and rerank) through the proposer's graphs:
         one capture per tree shape, batch width and span, as the chain's draft steps."""
         name = f"tree {shape.num_steps}/{shape.topk}/{shape.num_draft_tokens}"
-        return TreeDrafts(*self.graphs(name, lambda *a: fn(*a).tensors(), *args, span=span), shape.num_steps)
+        # K tokens a row at each depth: untuned (Graphs' tune)
+        return TreeDrafts(*self.graphs(name, lambda *a: fn(*a).tensors(), *args, span=span, tune=False),
+                          shape.num_steps)
 
     def accepted(self, rows: Rows, hidden: torch.Tensor, count: torch.Tensor) -> None:
         """Learn from a step: the target's hidden states [B, W, H] and the tokens each row kept [B]."""
@@ -191,8 +193,9 @@ class FeatureDraftProposer(Proposer):
         cache, fresh, count = self.cache.rows(0, B, rows.span), self.fresh[:B, :W], self.fresh_count[:B]
         pos = cache.positions(W)  # [B, W]: where the fresh states sit
         ids = rows.tokens.gather(1, (pos + 1).clamp(max=rows.tokens.shape[1] - 1))  # x_t+1 after each
-        out = self.graphs("extend" if predict else "extend/state",
-                          lambda *a: self._extend(cache, *a, predict), fresh, ids, pos, count, span=rows.span)
+        out = self.graphs("extend" if predict else "extend/state",  # W >= 2 tokens a row: untuned (Graphs' tune)
+                          lambda *a: self._extend(cache, *a, predict), fresh, ids, pos, count, span=rows.span,
+                          tune=False)
         cache.commit(count, check=False)
         count.zero_()
         self.pending = 0
