@@ -182,5 +182,45 @@ between the compiled and the uncompiled runs: bf16 kernels that fuse round diffe
 """
 
 
+def render_untuned() -> str:
+    """docs/results.md's section: a tree compiled whole with and without tuning its several-token captures."""
+    from page import load, provenance, table
+
+    runs = {v: load(f"gpu_tree_profile_untuned/{v}.json") for v in ("step-tuneall", "step", "layers")}
+    if not all(runs.values()):
+        return ""
+    labels = {"step-tuneall": "step, every capture tuned (before)", "step": "step, a tree's several-token captures "
+              "untuned (now)", "layers": "layers"}
+    rows, got = [], {}
+    for v, data in runs.items():
+        for shape, r in data.items():
+            g = r.get(f"graphs_compile_{v}")
+            if g:
+                got[v, shape] = g
+                rows.append([labels[v], shape, g["ms_per_step"], g["steps"], g["first_s"]])
+    tree, chain = got[("step", "7,4,16")], got[("step", "7,1,8")]
+    before = got[("step-tuneall", "7,4,16")]
+    files = [f"benchmarks/results/gpu_tree_profile_untuned/{v}.json" for v in runs]
+    rate = lambda g: 1.0 / (g["ms_per_step"] * g["steps"])  # noqa: E731  same prompts and tokens: per step x steps
+    return f"""### What tuning a tree's captures cost
+
+{provenance(files, "one NVIDIA H200", "`benchmarks/gpu_tree_profile.py --compile step,layers,step-tuneall --no-kernels`",
+            ["benchmarks/logs/gpu_tree_profile_untuned.log"], files)}
+
+Compiled whole (`--compile-scope step`), every capture was compiled with inductor's coordinate-descent tuning
+(`cuda_graphs.INDUCTOR_OPTIONS`), which tunes the one-token projections of a batch-1 plain step. A tree's captures read
+several tokens a row (the drafter's K per depth, the verify's N), where the projections are cuBLAS matmuls. Each variant
+below ran in a process of its own with an empty inductor cache, the zoo's EAGLE head, one row, three prompts of 96 new
+tokens (the same for every run: greedy).
+
+{table(["compile", "shape", "ms/step", "steps", "first runs s (capture and compile)"], rows)}
+
+- The tree 7,4,16 compiled in **{tree["first_s"]:.0f} s** untuned against {before["first_s"]:.0f} s tuned; its step
+  {tree["ms_per_step"]:.2f} ms against {before["ms_per_step"]:.2f} ms ({tree["ms_per_step"] / before["ms_per_step"] - 1:+.0%}).
+- Untuned, the tree decodes the three prompts' tokens at {rate(tree) / rate(chain):.2f}x the rate of the chain 7,1,8
+  compiled whole (as many tokens each: the rate is 1 / (steps x ms per step)).
+"""
+
+
 if __name__ == "__main__":
     main()

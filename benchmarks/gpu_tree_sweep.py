@@ -553,5 +553,37 @@ difference is spent admitting the next requests ("What admitting a request costs
 """)
 
 
+def render_step() -> str:
+    """The chain and a tree served compiled whole (`--compile-scope step`), the tree's several-token captures untuned."""
+    from page import load
+
+    text = render("gpu_tree_sweep_step", "A tree and a chain compiled whole, across concurrency", """
+`specdec serve --compile on --compile-scope step`: each batch width's step compiled whole, a tree's drafter expansion
+included. Since 83cac5c a tree's captures that read several tokens a row (the drafter's extend and tree, the tree's
+verify) compile without inductor's tuning ("What tuning a tree's captures cost", under Draft trees), so a tree's server now
+compiles all 7 of its batch widths in about 4 minutes, where one width took 4 to 5 minutes before. On a fresh machine the two servers compiled for 218 and 226 s
+(the log's first call); the figures here are from the next call on the same machine, its compile cache warm (52 and
+56 s to healthy).
+""")
+    if not text:
+        return ""
+    more = load("gpu_tree_sweep_step/c32_c64.json")
+    if more:
+        lines = []
+        for c in ("32", "64"):
+            tree, chain = at(more, "sglang", "7,4,16", c), at(more, "sglang", "7,1,8", c)
+            if tree.get("output_tok_s") and chain.get("output_tok_s"):
+                lines.append(f"{tree['output_tok_s'] / chain['output_tok_s']:.2f}x at {c}")
+        failed = [name for name, r in (more.get("ours") or {}).items() if "error" in r]
+        text += f"""
+- Concurrency 32 and 64, a third call on the same machine (`gpu_tree_sweep_step/c32_c64.json`): SGLang's tree
+  against its chain {" and ".join(lines)}. Ours did not run: both servers ({", ".join(failed)}), started with
+  `--max-running 64` on the compile cache the servers of 16 rows had written, failed at start
+  (`AssertionError: expected size 68==20` in a compiled step: 64 + 4 staging rows against 16 + 4). Since then
+  the cache's folder is keyed by the engine's rows too (`compile_cache.cache_key`).
+"""
+    return text
+
+
 if __name__ == "__main__":
     raise SystemExit(main())

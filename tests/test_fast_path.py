@@ -89,6 +89,21 @@ def test_the_cache_key_names_shape_dtype_gpu_and_torch():
     assert layers != key and layers.startswith("NVIDIA_H200-torch2.13.0+cu128-bfloat16-L32-H4096-layers-")
 
 
+def test_each_row_count_has_its_own_compile_cache():
+    """A server of 64 rows failed at start on the folder a server of 16 had written (compile_cache.cache_key's
+    docstring): the rows are in the key, read from serve's --max-running-requests and decode's --batch."""
+    from types import SimpleNamespace
+
+    from specdec.cli.fast import engine_rows
+    from specdec.decoder.compile_cache import cache_key
+
+    assert engine_rows(SimpleNamespace(max_running_requests=64)) == 64
+    assert engine_rows(SimpleNamespace(batch=3)) == 3
+    keys = {rows: cache_key(SHAPE, "bfloat16", "NVIDIA H200", "2.13.0+cu128", rows=rows) for rows in (16, 64)}
+    assert keys[16] != keys[64] and "-R64-" in keys[64]
+    assert keys[16] == cache_key(SHAPE, "bfloat16", "NVIDIA H200", "2.13.0+cu128", rows=16)
+
+
 def test_a_trees_compile_cache_is_its_own():
     """--compile auto reads a folder's presence: a chain's warm folder must not start a tree's minutes of compiling
     unasked (under "step" a tree's drafter compiles too), and a chain's key is the one it always had."""
@@ -195,7 +210,7 @@ def test_compiling_says_so_and_how_long(capsys):
     assert "compiling the decoder layers and LM head" in capsys.readouterr().err
     compiling(SimpleNamespace(), SimpleNamespace(graphs=SimpleNamespace(compile=True, scope="step"), tree=object()),
               lambda: ran.append(2))
-    assert "compiling the decode step and the tree's drafter (first start on this GPU: ~4-5 min a batch width" in (
+    assert "compiling the decode step and the tree's drafter (first start on this GPU: ~0.5-1 min a batch width" in (
         capsys.readouterr().err)
     compiling(SimpleNamespace(), SimpleNamespace(graphs=SimpleNamespace(compile=False, scope=None)), lambda: ran.append(3))
     assert ran == [1, 2, 2, 3] and capsys.readouterr().err == ""

@@ -73,6 +73,11 @@ def drafter_key(args: argparse.Namespace) -> str:
     return f"{method}-tree{tree.num_steps}x{tree.topk}x{tree.num_draft_tokens}"
 
 
+def engine_rows(args: argparse.Namespace) -> int | None:
+    """The running rows the engine is built with: `serve`'s --max-running-requests, `decode`'s --batch."""
+    return getattr(args, "max_running_requests", None) or getattr(args, "batch", None)
+
+
 def setup_compile(args: argparse.Namespace, bundle, device: str) -> str | bool:
     """Decide --compile for this run: its --compile-scope ("step" or "layers", what Engine(compile=) takes), or False.
     When compiling with a cache, point torch's caches at this model's (and scope's) folder."""
@@ -82,7 +87,8 @@ def setup_compile(args: argparse.Namespace, bundle, device: str) -> str | bool:
         shape = {f: getattr(b.config, f) for f in compile_cache.SHAPE_FIELDS}
         gpu = torch.cuda.get_device_name(torch.device(device))
         folder = root / compile_cache.cache_key(shape, str(next(b.parameters()).dtype).removeprefix("torch."), gpu,
-                                                torch.__version__, args.compile_scope, drafter_key(args))
+                                                torch.__version__, args.compile_scope, drafter_key(args),
+                                                engine_rows(args))
     warm = folder is not None and folder.is_dir() and any(folder.iterdir())
     on = compile_choice(args.compile, torch.device(device).type, args.cuda_graphs, warm)
     if on and folder is not None:
@@ -97,13 +103,14 @@ def compiling(args: argparse.Namespace, engine, warm, widths: int = 1) -> None:
         return
     where = getattr(args, "compile_dir", None)
     # first starts measured on an H200 for an 8B shape: 72 s whole, 19 s by layers (benchmarks/logs/gpu_fast_path.log)
-    # a tree's drafter, compiled whole too: 244 and 277 s for one batch width, not done in 476 s for 16
-    # (benchmarks/logs/gpu_tree_sweep_compiled.log); an 8B server's 5 widths whole: not done in 470 s on an H100
+    # a tree's drafter, compiled whole too: 244 and 277 s for one batch width while every capture was tuned
+    # (benchmarks/logs/gpu_tree_sweep_compiled.log); its several-token captures untuned, a zoo tree server's 7 widths
+    # took 226 s (benchmarks/logs/gpu_tree_sweep_step.log); an 8B server's 5 widths whole: not done in 470 s on an H100
     # (benchmarks/logs/gpu_serve_8b_scopes.log), by layers 39 to 83 s on H200s (benchmarks/logs/gpu_compile_start.log)
     whole = engine.graphs.scope == "step"
     what, first = (("decoder layers and LM head", "~20-90 s") if not whole
                    else ("decode step", "up to ~1-2 min a batch width") if getattr(engine, "tree", None) is None
-                   else ("decode step and the tree's drafter", "~4-5 min a batch width"))
+                   else ("decode step and the tree's drafter", "~0.5-1 min a batch width"))
     if whole and widths > 1:
         first += f", {widths} widths here: --compile-scope layers compiles once for all"
     print(f"specdec: compiling the {what} (first start on this GPU: {first}; later starts read the cache"

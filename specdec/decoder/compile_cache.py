@@ -27,17 +27,24 @@ def cache_root() -> Path:
     return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "specdec" / "compile")
 
 
-def cache_key(shape: dict, dtype: str, gpu: str, torch_version: str, scope: str = "step", drafter: str = "") -> str:
+def cache_key(shape: dict, dtype: str, gpu: str, torch_version: str, scope: str = "step", drafter: str = "",
+              rows: int | None = None) -> str:
     """A folder name for one (model shape, dtype, GPU, torch version, compile scope): readable first, then a
     digest of all of it. `shape` holds at least SHAPE_FIELDS (other keys are ignored: a name or a path does not
     change a kernel). The scope (cuda_graphs.SCOPES) compiles other graphs, so a folder warm for one is cold for
     the other (--compile auto reads a folder's presence); "step" keeps the key it had before scopes existed.
     `drafter`: what else a whole-step compile compiles (a tree's drafter, e.g. "eagle-tree7x4x16": minutes more
-    than the target's steps), so that a folder warm for the chain is not taken as warm for a tree."""
+    than the target's steps), so that a folder warm for the chain is not taken as warm for a tree.
+    `rows`: the engine's running rows (--max-running-requests, --batch). A compiled step reads the per-row buffers
+    whole, and a server of 64 rows whose cache a server of 16 had written failed at start, inside a step read from
+    that cache (`AssertionError: expected size 68==20`: 64 and 16 rows, each with 4 staging rows; H200, torch 2.11,
+    benchmarks/logs/gpu_tree_sweep_step.log), so each row count has its own folder."""
     kept = {f: shape.get(f) for f in SHAPE_FIELDS}
     parts = [kept, dtype, gpu, torch_version] + ([] if scope == "step" else [scope]) + ([drafter] if drafter else [])
+    parts += [] if rows is None else [f"rows{rows}"]
     text = json.dumps(parts, sort_keys=True)
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     readable = f"{gpu}-torch{torch_version}-{dtype}-L{kept['num_hidden_layers']}-H{kept['hidden_size']}"
     readable += ("" if scope == "step" else f"-{scope}") + (f"-{drafter}" if drafter else "")
+    readable += "" if rows is None else f"-R{rows}"
     return re.sub(r"[^A-Za-z0-9.+-]+", "_", readable) + "-" + digest
