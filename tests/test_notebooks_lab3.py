@@ -115,10 +115,13 @@ def test_lecture_runs(tmp_path, inline_plots):
 
 
 def assert_tree_sweeps(out):
-    """Section 7 reads both committed tree sweeps (shallow trees, then trees as deep as the chain): each server's best
-    tree against its best chain at every concurrency, and the deep trees' accept length against the chain's."""
+    """Section 7 reads the committed tree sweeps (shallow trees, trees as deep as the chain, a tree and a chain compiled
+    whole): each server's best tree against its best chain at every concurrency, the deep trees' accept length against
+    the chain's, and the compiled tree's compile with and without tuning."""
     verdicts = re.findall(r"^(SGLang|specdec serve), concurrency (\d+): best tree \(\d+, \d, \d+\) at \d\.\d\dx", out, re.MULTILINE)
-    assert len(verdicts) == 2 * 2 * 3, out  # two sweeps x two servers x three levels
+    assert len(verdicts) == 3 * 2 * 3, out  # three sweeps (shallow, deep, compiled whole) x two servers x three levels
+    assert re.search(r"^tree 7,4,16 compiled whole, one batch width: tuned \d+ s to compile, \d\.\d\d ms a step; "
+                     r"untuned \d+ s, \d\.\d\d ms$", out, re.MULTILINE), out
     gains = re.findall(r"^tree \((\d+), (\d), (\d+)\) vs chain \(\d+, 1, \d+\), concurrency 1: accept length ([-+]\d\.\d\d) "
                        r"\(SGLang\), ([-+]\d\.\d\d) \(specdec serve\); the two servers within (\d+\.\d)%", out, re.MULTILINE)
     assert [g[:3] for g in gains] == [("7", "4", "8"), ("15", "2", "16"), ("15", "4", "16")], out
