@@ -300,20 +300,25 @@ def test_a_captured_prefill_serves_any_free_slots_on_gpu():
 def test_a_tree_engine_compiled_whole_leaves_its_several_token_captures_untuned(tiny_bundle, code_prompts, monkeypatch):
     """compile="step" on a tree: the drafter's extend and tree captures and the tree's verify read several tokens a
     row, so inductor compiles them without coordinate-descent tuning (Graphs' tune=False); a plain step at one row is
-    still tuned. Both decode as eager."""
-    import torch._dynamo
+    still tuned. Read where inductor would read it: in the capture's first call (the one that compiles), here with
+    torch.compile replaced by a recorder (the compiled tokens are test_regional's and the GPU tests' business)."""
     import torch._inductor.config as inductor_config
 
-    torch._dynamo.reset()
-    traced, real_compile = [], torch.compile
-    monkeypatch.setattr(torch, "compile", lambda fn, **kw: real_compile(
-        fn, backend=lambda gm, _: traced.append(inductor_config.coordinate_descent_tuning) or gm.forward, **kw))
+    traced = []
+
+    def recorder(fn, **kw):
+        def first(*args):
+            if not getattr(first, "seen", False):
+                first.seen = True
+                traced.append(inductor_config.coordinate_descent_tuning)
+            return fn(*args)
+        return first
+
+    monkeypatch.setattr(torch, "compile", recorder)
     for method, topk, tuned in (("eagle", 2, False), ("ar", 1, True)):
         traced.clear()
-        eager = Engine(tiny_bundle, method, k=3, topk=topk, cuda_graphs="off").generate(code_prompts[:1],
-                                                                                        max_new_tokens=8).tokens
         e = Engine(tiny_bundle, method, k=3, topk=topk, cuda_graphs="emulate", compile="step", min_span=8)
-        assert e.generate(code_prompts[:1], max_new_tokens=8).tokens == eager
+        e.generate(code_prompts[:1], max_new_tokens=8)
         captured = len(e.graphs.captured) + (len(e.proposer.graphs.captured) if e.proposer else 0)
         assert len(traced) == captured >= (3 if topk > 1 else 1) and set(traced) == {tuned}, (method, traced)
     assert inductor_config.coordinate_descent_tuning is False  # put back after each capture

@@ -35,10 +35,11 @@ def cache_key(shape: dict, dtype: str, gpu: str, torch_version: str, scope: str 
     the other (--compile auto reads a folder's presence); "step" keeps the key it had before scopes existed.
     `drafter`: what else a whole-step compile compiles (a tree's drafter, e.g. "eagle-tree7x4x16": minutes more
     than the target's steps), so that a folder warm for the chain is not taken as warm for a tree.
-    `rows`: the engine's running rows (--max-running-requests, --batch). A compiled step reads the per-row buffers
-    whole, and a server of 64 rows whose cache a server of 16 had written failed at start, inside a step read from
-    that cache (`AssertionError: expected size 68==20`: 64 and 16 rows, each with 4 staging rows; H200, torch 2.11,
-    benchmarks/logs/gpu_tree_sweep_step.log), so each row count has its own folder."""
+    `rows`: the engine's running rows (--max-running-requests, --batch). A server of 64 rows failed at start on the
+    folder servers of 16 rows had written, inside a compiled step read from it (`AssertionError: expected size
+    68==20`: 64 and 16 rows, each with 4 staging rows; H200, torch 2.11, benchmarks/logs/gpu_tree_sweep_step.log), so
+    each row count has a folder of its own. A context length of another size read the same folder without harm
+    (benchmarks/logs/gpu_compile_cache_rows.log). Why torch reused a step compiled for other rows was not found."""
     kept = {f: shape.get(f) for f in SHAPE_FIELDS}
     parts = [kept, dtype, gpu, torch_version] + ([] if scope == "step" else [scope]) + ([drafter] if drafter else [])
     parts += [] if rows is None else [f"rows{rows}"]
