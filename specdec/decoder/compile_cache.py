@@ -2,7 +2,7 @@
 
 Inductor keeps compiled graphs (its FX graph cache), Triton kernels and tuned tile sizes (its autotune cache)
 on disk under TORCHINDUCTOR_CACHE_DIR, by default in /tmp, which a reboot or another user's clean-up empties.
-Here they live under a per-user directory, one folder per model shape, dtype, GPU and torch version: a
+Here they live under a per-user directory, one folder per model shape, dtype, GPU, torch version and row count: a
 second start finds every kernel and tuning result there and skips inductor's minutes of work (tracing still
 runs, a few seconds). No torch here, so that the command line names the folder without importing it:
 cuda_graphs.use_cache points inductor at a folder.
@@ -29,7 +29,7 @@ def cache_root() -> Path:
 
 def cache_key(shape: dict, dtype: str, gpu: str, torch_version: str, scope: str = "step", drafter: str = "",
               rows: int | None = None) -> str:
-    """A folder name for one (model shape, dtype, GPU, torch version, compile scope): readable first, then a
+    """A folder name for one (model shape, dtype, GPU, torch version, compile scope, rows): readable first, then a
     digest of all of it. `shape` holds at least SHAPE_FIELDS (other keys are ignored: a name or a path does not
     change a kernel). The scope (cuda_graphs.SCOPES) compiles other graphs, so a folder warm for one is cold for
     the other (--compile auto reads a folder's presence); "step" keeps the key it had before scopes existed.

@@ -257,7 +257,8 @@ class Graphs:
                  tune: bool = True):
         """tune=False: a capture compiled whole ("step") has inductor's kernels left untuned (INDUCTOR_OPTIONS tunes
         them), for a step that reads several tokens a row (a tree's): its projections are cuBLAS matmuls, and tuning
-        the rest costs minutes of compile for nothing measurable (regions.tunes says the same of a region)."""
+        the rest cost most of its compile for a step within a few percent (docs/results.md, "What tuning a tree's
+        captures cost"; regions.tunes says the same of a region)."""
         if self.mode is None:
             return fn(*args)
         tensors = tuple(a for a in args if a is not None)
