@@ -560,10 +560,10 @@ def render_step() -> str:
     text = render("gpu_tree_sweep_step", "A tree and a chain compiled whole, across concurrency", """
 `specdec serve --compile on --compile-scope step`: each batch width's step compiled whole, a tree's drafter expansion
 included. Since 83cac5c a tree's captures that read several tokens a row (the drafter's extend and tree, the tree's
-verify) compile without inductor's tuning ("What tuning a tree's captures cost", under Draft trees), so a tree's server now
-compiles all 7 of its batch widths in about 4 minutes, where one width took 4 to 5 minutes before. On a fresh machine the two servers compiled for 218 and 226 s
-(the log's first call); the figures here are from the next call on the same machine, its compile cache warm (52 and
-56 s to healthy).
+verify) compile without inductor's tuning ("What tuning a tree's captures cost", under Draft trees), so a tree's
+server now compiles all 7 of its batch widths in about 4 minutes, where one width took 4 to 5 minutes before. On a
+fresh machine the two servers compiled for 218 and 226 s (the log's first call); the figures here are from the next
+call on the same machine, its compile cache warm (52 and 56 s to healthy).
 """)
     if not text:
         return ""

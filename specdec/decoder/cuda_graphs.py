@@ -276,7 +276,7 @@ class Graphs:
             kind = GraphedStep if self.mode == "cuda" else EmulatedGraph
             # the first calls (the warm-up) compile, whole or by region, so inductor's options apply there;
             # torch._inductor is imported on first use, so runs without compile never pay its second of import
-            options = dict(INDUCTOR_OPTIONS, coordinate_descent_tuning=False) if not tune else INDUCTOR_OPTIONS
+            options = dict(INDUCTOR_OPTIONS, coordinate_descent_tuning=tune)
             with torch._inductor.config.patch(options) if self.compile else contextlib.nullcontext():
                 self.captured[key] = kind(run, tensors, state=state, pool=self.pool)
         return self.captured[key](*tensors)
