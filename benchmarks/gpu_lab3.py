@@ -52,19 +52,21 @@ def say(*a) -> None:
     print(f"[{time.time() - T0:6.1f}s]", *a, flush=True)
 
 
-def start_all(configs: dict[str, tuple[LaunchConfig, dict]], logs: Path, timeout: float = 420) -> dict:
-    """Launch every server at once (threads); name -> Server, or the error as a string."""
+def start_all(configs: dict[str, tuple[LaunchConfig, dict]], logs: Path, timeout: float = 420, report=None) -> dict:
+    """Launch every server at once (threads); name -> Server, or the error as a string. `report`: the caller's
+    log line function (default: print)."""
     out: dict = {}
+    report = report or say
 
     def one(name, cfg, env):
         t = time.time()
         try:
             out[name] = launch(cfg, timeout=timeout, env=env, log_path=logs / f"{name}.log", progress=False)
-            say(f"{name} healthy after {time.time() - t:.0f} s at {out[name].url}")
+            report(f"{name} healthy after {time.time() - t:.0f} s at {out[name].url}")
             out[name].startup_s = round(time.time() - t, 1)
         except ServerError as exc:
             out[name] = f"{exc}"[:3000]
-            say(f"{name} FAILED: {str(exc)[:1500]}")
+            report(f"{name} FAILED: {str(exc)[:1500]}")
 
     threads = [threading.Thread(target=one, args=(n, c, e)) for n, (c, e) in configs.items()]
     for th in threads:

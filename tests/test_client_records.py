@@ -161,6 +161,9 @@ def test_server_info_of_each_version():
     new = ServerInfo.parse(fx["0.5.23_step_time"])
     assert new.step_time == pytest.approx({1: 0.005, 8: 0.012, 32: 0.030})  # medians over both DP ranks
     assert new.avg_spec_accept_length == pytest.approx(3.0) and new.last_gen_throughput == 150.0
+    # a run's width the server never stepped at full: the widest batch below it, none below the narrowest
+    assert (new.step_time_at(8), new.step_time_at(16), new.step_time_at(64)) == pytest.approx((0.012, 0.012, 0.030))
+    assert new.step_time_at(0) is None and nextn.step_time_at(4) is None
 
 
 def test_prometheus_metrics():

@@ -127,7 +127,21 @@ def assert_tree_sweeps(out):
     assert [g[:3] for g in gains] == [("7", "4", "8"), ("15", "2", "16"), ("15", "4", "16")], out
     assert all(float(g[5]) < 5 for g in gains)  # the committed run: both servers agree within 5%
     assert "your guess: None" in out
+    assert_high_concurrency(out)
     assert_mtp_trees(out)
+
+
+def assert_high_concurrency(out):
+    """The compiled tree at 32 and 64 running requests, both servers, and the level where ours stops paying: the first
+    measured level whose ratio is below 1, or "not by" the highest."""
+    high = re.findall(r"^(SGLang|specdec serve), concurrency (32|64): tree 7,4,16 at (\d\.\d\d)x the chain 7,1,8; "
+                      r"accept length \d\.\d\d vs \d\.\d\d, step \d+\.\d\d vs \d+\.\d\d ms$", out, re.MULTILINE)
+    assert [h[:2] for h in high] == [(s, c) for s in ("SGLang", "specdec serve") for c in ("32", "64")], out
+    low = re.findall(r"^specdec serve, concurrency (\d+): best tree \(7, 4, 16\) at (\d\.\d\d)x", out, re.MULTILINE)
+    ours = [(int(c), float(r)) for c, r in low[-3:]] + [(int(h[1]), float(h[2])) for h in high if h[0] == "specdec serve"]
+    stop = next((c for c, r in ours if r < 1), None)
+    said = re.search(r"^specdec serve's compiled tree stops paying at concurrency (.*)$", out, re.MULTILINE).group(1)
+    assert said == (str(stop) if stop else "- not by 64, the highest concurrency run"), (said, ours)
 
 
 def assert_mtp_trees(out):
@@ -145,6 +159,15 @@ def assert_mtp_trees(out):
                          re.MULTILINE), out
     assert re.search(r"^specdec serve, MTP layer, compiled, concurrency 1: tree \d+,\d,\d+ \d+ tok/s against chain "
                      r"\d+,1,\d+ \d+ tok/s: \d\.\d\dx$", out, re.MULTILINE), out
+    # 32 verified tokens: each server and tree against the chain 31,1,32; the categories where both servers gain 0.5
+    rows = re.findall(r"^MTP layer, +(SGLang|specdec serve): tree (15,\d,32) minus chain 31,1,32: "
+                      r"predictable ([-+]\d\.\d\d), code ([-+]\d\.\d\d), open ([-+]\d\.\d\d); pooled [-+]\d\.\d\d$",
+                      out, re.MULTILINE)
+    assert [r[:2] for r in rows] == [(s, t) for s in ("SGLang", "specdec serve") for t in ("15,4,32", "15,8,32")], out
+    won = [cat for i, cat in enumerate(("predictable", "code", "open"))
+           if all(any(float(r[2 + i]) >= 0.5 for r in rows if r[0] == s) for s in ("SGLang", "specdec serve"))]
+    assert re.search(rf"^a tree ahead by 0.5 or more on both servers for: {', '.join(won) or 'no category'}$", out,
+                     re.MULTILINE), out
 
 
 def assert_where_it_pays(out):

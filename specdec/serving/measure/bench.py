@@ -239,8 +239,9 @@ def measure(client: Client, cfg: SweepConfig, cat: str, conc: int, bar=None) -> 
             "error_examples": errors[:3], "flushed": flushed, "repeat_tok_s": repeat_tok_s,
             **summarize(records, wall),
             "server_avg_accept_length": info.avg_spec_accept_length,
-            # seconds per decode step at this run's batch width, read right after it (warm, as the engine ran it)
-            "step_time_s": info.step_time.get(width),
+            # seconds per decode step at this run's batch width (or the widest below it that ran), read right
+            # after it (warm, as the engine ran it)
+            "step_time_s": info.step_time_at(width),
             "metrics_accept_length": interval_accept_length(before, after) if after else None,
             "records": [{**r.summary(), "repeat": i} for i, recs in enumerate(per_repeat) for r in recs]}
     run["output_tok_s_ci95"] = interval(bootstrap_tok_s(run["records"], run["output_tok_s"]))  # repeats resampled too

@@ -321,6 +321,12 @@ class ServerInfo:
                    statistics.fmean(accept) if accept else None, sum(thr) if thr else None,
                    {bs: statistics.median(v) for bs, v in sorted(steps.items()) if v}, d)
 
+    def step_time_at(self, width: int) -> float | None:
+        """Seconds per decode step at `width` rows, or at the widest batch the server ran below it: at high
+        concurrency rows finish and are admitted between steps, so a full batch can be rare or never seen."""
+        below = [bs for bs in self.step_time if bs <= width]
+        return self.step_time[max(below)] if below else None
+
 
 # ----- /metrics (Prometheus text format)
 _SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?$")
