@@ -48,7 +48,7 @@ TOPICS = [
     ("The Lab 2 decoder: step latency and the bandwidth floor", [("gpu_bench", "render_latency"), ("gpu_floor", "render"),
                                                               ("gpu_fast_path", "render"),
                                                               ("cpu_regional_compile", "render")]),
-    ("Where a step's time goes", [("gpu_profile", "render")]),
+    ("Where a step's time goes", [("gpu_profile", "render"), ("gpu_decode_gap", "render")]),
     ("The zoo end to end", [("gpu_bench", "render_e2e"), ("cpu_bench", "render"), ("gpu_decode_compare", "render_first"),
                             ("gpu_decode_compare", "render_engine")]),
     ("Serving: SGLang and specdec serve", [("sglang_zoo_check", "render"), ("serve_cpu_bench", "render"),
