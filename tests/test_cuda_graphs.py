@@ -214,6 +214,7 @@ def test_compiled_steps_in_bucketed_cuda_graphs_match_eager_on_gpu(code_prompts)
         assert len({span for _, span, _, _ in e.graphs.captured}) >= 2
 
 
+@pytest.mark.slow  # 3.5 s of test-quick's 93 (2026-11-28): `make test` runs it
 def test_a_greedy_admission_replays_a_captured_prefill(tiny_bundle):
     """Under graphs a greedy prefill is captured once per row count and prompt bucket (the prompts padded to both) and
     replayed after: every proposer decodes as eager. A sampled first token, or a prompt past the last bucket,
@@ -263,6 +264,7 @@ def admit_into_holes(engine):
     return out, where
 
 
+@pytest.mark.slow  # 3.9 s of test-quick's 93 (2026-11-28): `make test` runs it
 def test_a_captured_prefill_serves_any_free_slots(tiny_bundle):
     """A staged prefill fills the rows past the capacity, then copies them into the free slots it was given (an
     input of the capture): requests that join a running batch in scattered slots, several at once, decode as they

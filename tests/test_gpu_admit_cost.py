@@ -6,9 +6,12 @@ import runpy
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_admit_cost.py"
 
 
+@pytest.mark.slow  # a benchmark's smoke run, as the other gpu_* scripts' (1.5 s)
 def test_the_admit_cost_benchmark_runs_on_the_cpu(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", [str(SCRIPT), "--smoke", "--profile", "--out", str(tmp_path)])
     runpy.run_path(str(SCRIPT), run_name="__main__")

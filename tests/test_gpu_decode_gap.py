@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
+@pytest.mark.slow  # two `specdec decode`-built engines in a process: about 4 s
 def test_the_gap_script_runs_on_the_cpu(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "HOME": str(tmp_path / "home")}
     proc = subprocess.run([sys.executable, str(BENCH / "gpu_decode_gap.py"), "--smoke", "--out", str(tmp_path)],
