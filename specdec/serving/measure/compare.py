@@ -31,8 +31,8 @@ from specdec.sim.formulas import speedup_from_costs
 ALL = "all"  # every category together: total tokens over total wall time
 SOURCE_STEP_TIME = "step_time_dict (SGLang's measured seconds per decode step by batch size)"
 SOURCE_MEASURED = "plain run's median TPOT and speculative run's median time per verify step, by concurrency"
-SOURCE_RUNS = ("the server's step_time_dict read after each timed run, at that run's batch width "
-               "(warm, as the engine ran it; a category's rows use its own runs', 'all' their median)")
+SOURCE_RUNS = ("the server's step_time_dict read after each timed run, at that run's batch width or the widest "
+               "below it that ran (warm, as the engine ran it; a category's rows use its own runs', 'all' their median)")
 NO_TREND = "no clear trend within the noise"
 
 
