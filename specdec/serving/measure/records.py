@@ -301,7 +301,7 @@ class ServerInfo:
     max_running_requests: int | None
     avg_spec_accept_length: float | None  # lifetime average since the last /flush_cache; lags (decode-log-interval)
     last_gen_throughput: float | None
-    step_time: dict[int, float]  # batch size -> median seconds per decode step (SGLANG_RECORD_STEP_TIME=1, 0.5.23)
+    step_time: dict[int, float]  # batch size -> median seconds per decode step (SGLANG_RECORD_STEP_TIME=1; 0.5.16 has it)
     raw: dict
 
     @classmethod
