@@ -179,8 +179,8 @@ def render() -> str:
         twice = f"""- Compiled twice from empty caches, each in a process of its own, on another H200 in one call
   (`benchmarks/logs/gpu_decode_gap_compiles.log`): the step replayed in {rep[0]:.2f} and {rep[1]:.2f} ms
   ({100 * abs(rep[0] / rep[1] - 1):.1f}% apart), {tpot_of(pair)} ms a token, the host's gap {min(gap):.1f} to
-  {max(gap):.1f}% of a step. Two compiles' steps differ by that much here; the two machines differ more, in the
-  step and in the host's gap alike. The distance to the floor is the step's kernels, compile after compile.
+  {max(gap):.1f}% of a step. Two compiles' steps differ by that much here; the host's gap differs more between
+  the two machines (their CPUs) than between the compiles. The distance to the floor is the step's kernels, compile after compile.
 """
     return f"""### The default decode path against its own step (8B shape, batch 1)
 

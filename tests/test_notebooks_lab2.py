@@ -108,6 +108,13 @@ def test_lecture_runs(tmp_path, inline_plots):
     assert re.search(r"compile off +\d\.\d\d ms = 0\.\d\dx SGLang's speed, \d\.\d\dx the floor", out), out
     assert re.search(r"16 concurrent requests: ours +\d+\.\d, SGLang +\d+\.\d \(\d\.\d\dx\)", out), out
     assert re.search(r"starts: \d+ s the first on a fresh machine \(compiling \d+ s\), \d+ s the second", out), out
+    # host or GPU: the loop against its own step replayed alone, each scope, and two compiles on another machine
+    shares = re.findall(r"^  --compile-scope (step|layers) *: (\d\.\d\d) ms a step in the loop, (\d\.\d\d) ms the step "
+                        r"replayed alone: the host's share (0\.\d{3})$", out, re.MULTILINE)
+    assert [s[0] for s in shares] == ["step", "layers"], out
+    assert all(abs(1 - float(r) / float(loop) - float(share)) < 0.002 for _, loop, r, share in shares), shares
+    assert re.search(r"the step compiled twice from empty caches: \d\.\d\d ms \(host's share 0\.\d{3}\), \d\.\d\d ms", out)
+    assert "your guess for the host's share: None" in out
 
 
 def assert_zoo_training_read(out):
