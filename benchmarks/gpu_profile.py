@@ -4,7 +4,8 @@ For the Llama-3.2-1B and Llama-3.1-8B shapes (random bf16 weights, 512 tokens of
   kernels    torch.profiler over eager plain steps (no graph: a profiler replaying a captured graph
              crashed in gpu_floor.py): device time per step by kernel, and the number of kernels
   attention  one layer's decode attention (T = 1 and 4 query positions, span 1024) through SDPA's
-             backends and as plain matmul-softmax-matmul, eager and compiled
+             backends, as plain matmul-softmax-matmul, eager and compiled, and through FlexAttention
+             compiled (the mask as a score_mod, or as a block mask built once)
   matmul     y = x W^T at one row for every weight shape, over enough distinct weights to leave
              the L2 cache: cuBLAS (F.linear), a compiled reduction, and a small Triton GEMV
   variants   the engine's graphed plain step with each candidate swapped in, with and without
@@ -181,6 +182,33 @@ def profile_kernels(fn, steps: int) -> dict:
             "top": [{"us": round(us, 1), "calls": c, "name": n[:140]} for us, c, n in rows[:40]]}
 
 
+def attention_candidates(mask: torch.Tensor, compile=lambda f: f) -> dict:
+    """Decode attention's candidates over q [B, h, gT, D], k, v [B, h, S, D] under mask [B, 1, gT, S]: SDPA by backend,
+    written out (model.attention's form), compiled, and FlexAttention (issue 21: a fused decode attention over the
+    live prefix), masked by a score_mod that reads the mask and by a block mask built once from it (a step builds one
+    for all its layers). `compile` wraps the compiled ones (identity: eager, as the CPU test runs them)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    cands = {"sdpa_auto": lambda q, k, v: SDPA(q, k, v, attn_mask=mask),
+             "manual": lambda q, k, v: manual_attention(q, k, v, mask)}
+    for name, be in (("sdpa_efficient", SDPBackend.EFFICIENT_ATTENTION), ("sdpa_math", SDPBackend.MATH),
+                     ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION)):
+        def f(q, k, v, be=be):
+            with sdpa_kernel(be):
+                return SDPA(q, k, v, attn_mask=mask)
+        cands[name] = f
+    cands["manual_compiled"] = compile(lambda q, k, v: manual_attention(q, k, v, mask))
+    B, _, rows, S = mask.shape
+    keep = mask[:, 0]  # [B, gT, S]
+    flex = compile(flex_attention)
+    cands["flex_score_mod"] = lambda q, k, v: flex(
+        q, k, v, score_mod=lambda score, b, h, qi, kv: torch.where(keep[b, qi, kv], score, -float("inf")))
+    blocks = create_block_mask(lambda b, h, qi, kv: keep[b, qi, kv], B, None, rows, S, device=mask.device)
+    cands["flex_block_mask"] = lambda q, k, v: flex(q, k, v, block_mask=blocks)
+    return cands
+
+
 def attention_bench(model, span=1024, context=512) -> dict:
     cfg = model.config
     nkv, g, d = cfg.num_key_value_heads, cfg.num_attention_heads // cfg.num_key_value_heads, cfg.head_dim
@@ -188,21 +216,12 @@ def attention_bench(model, span=1024, context=512) -> dict:
     out = {}
     Ks = [torch.randn(1, nkv, span, d, device="cuda", dtype=torch.bfloat16) for _ in range(L)]
     Vs = [torch.randn_like(k) for k in Ks]
-    from torch.nn.attention import SDPBackend, sdpa_kernel
     for T in (1, 4):
         q = torch.randn(1, nkv, g * T, d, device="cuda", dtype=torch.bfloat16)
         pos = context + torch.arange(T, device="cuda")
         mask = (torch.arange(span, device="cuda") <= pos.view(T, 1)).repeat(g, 1).view(1, 1, g * T, span)
         ref = manual_attention(q.float(), Ks[0].float(), Vs[0].float(), mask)
-        cands = {"sdpa_auto": lambda q, k, v: SDPA(q, k, v, attn_mask=mask),
-                 "manual": lambda q, k, v: manual_attention(q, k, v, mask)}
-        for name, be in (("sdpa_efficient", SDPBackend.EFFICIENT_ATTENTION), ("sdpa_math", SDPBackend.MATH),
-                         ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION)):
-            def f(q, k, v, be=be):
-                with sdpa_kernel(be):
-                    return SDPA(q, k, v, attn_mask=mask)
-            cands[name] = f
-        cands["manual_compiled"] = torch.compile(lambda q, k, v: manual_attention(q, k, v, mask), dynamic=False)
+        cands = attention_candidates(mask, compile=lambda f: torch.compile(f, dynamic=False))
         for name, f in cands.items():
             try:
                 err = (f(q, Ks[0], Vs[0]).float() - ref).abs().max().item()

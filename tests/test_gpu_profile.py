@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
@@ -48,3 +49,23 @@ def test_an_unknown_part_or_a_compiled_variant_that_is_not_a_plain_step_is_refus
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 2 and said in proc.stderr, proc.stderr
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")  # eager on purpose: the CPU's twin
+def test_every_attention_candidate_computes_the_written_out_attention():
+    """The candidates the attention part times on a GPU (FlexAttention's two maskings among them), run eager on the
+    CPU over a decode step's folded query rows: each equals model.attention, the reference, and a candidate that
+    ignored the mask would not."""
+    torch.manual_seed(0)
+    nkv, g, T, S, d = 2, 4, 2, 48, 16
+    q, k, v = torch.randn(1, nkv, g * T, d), torch.randn(1, nkv, S, d), torch.randn(1, nkv, S, d)
+    pos = 30 + torch.arange(T)
+    mask = (torch.arange(S) <= pos.view(T, 1)).repeat(g, 1).view(1, 1, g * T, S)  # rows (head in group, token)
+    ref = model_mod.attention(q, k, v, mask)
+    cands = gpu_profile.attention_candidates(mask)
+    assert {"manual", "manual_compiled", "flex_score_mod", "flex_block_mask", "sdpa_auto"} <= set(cands)
+    for name, f in cands.items():
+        if name in ("sdpa_cudnn", "sdpa_efficient"):  # kernels of a CUDA build only
+            continue
+        assert torch.allclose(f(q, k, v), ref, atol=1e-5), name
+    assert not torch.allclose(model_mod.attention(q, k, v, torch.ones_like(mask)), ref, atol=1e-3)
