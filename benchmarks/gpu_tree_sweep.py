@@ -619,11 +619,7 @@ call on the same machine, its compile cache warm (52 and 56 s to healthy).
         return ""
     more = load("gpu_tree_sweep_step/c32_c64.json")
     if more:
-        lines = []
-        for c in ("32", "64"):
-            tree, chain = at(more, "sglang", "7,4,16", c), at(more, "sglang", "7,1,8", c)
-            if tree.get("output_tok_s") and chain.get("output_tok_s"):
-                lines.append(f"{tree['output_tok_s'] / chain['output_tok_s']:.2f}x at {c}")
+        lines = [f"{r:.2f}x at {c}" for c in ("32", "64") if (r := tree_over_chain(more, "sglang", c))]
         failed = [name for name, r in (more.get("ours") or {}).items() if "error" in r]
         text += f"""
 - Concurrency 32 and 64, a third call on the same machine (`gpu_tree_sweep_step/c32_c64.json`): SGLang's tree
@@ -649,23 +645,27 @@ def matmul_params(config: Path) -> int:
     return c["num_hidden_layers"] * (attn + 3 * h * inter) + c["vocab_size"] * h
 
 
+def tree_over_chain(data: dict, kind: str, c: str, tree: str = "7,4,16", chain: str = "7,1,8") -> float | None:
+    """One server's tokens/s with the tree over with the chain at concurrency c, or None where either did not run."""
+    t, ch = at(data, kind, tree, c).get("output_tok_s"), at(data, kind, chain, c).get("output_tok_s")
+    return t / ch if t and ch else None
+
+
 def render_high(data: dict, earlier: dict | None) -> str:
     """Concurrency 32 and 64, both servers (64 running rows): the tree against the chain, and the steps that say why."""
     from page import provenance, table
 
+    ms = lambda r: None if r.get("step_time_s") is None else 1e3 * r["step_time_s"]  # noqa: E731
     rows, ratios = [], {}
     for kind, label in (("sglang", "SGLang"), ("ours", "specdec serve")):
         for c in ("32", "64"):
-            tree, chain = at(data, kind, "7,4,16", c), at(data, kind, "7,1,8", c)
-            if not (tree.get("output_tok_s") and chain.get("output_tok_s")):
+            if (ratio := tree_over_chain(data, kind, c)) is None:
                 continue
-            ratios[kind, c] = tree["output_tok_s"] / chain["output_tok_s"]
-            ms = lambda r: None if r.get("step_time_s") is None else 1e3 * r["step_time_s"]  # noqa: E731
-            rows.append([label, c, chain["output_tok_s"], tree["output_tok_s"], ratios[kind, c],
+            ratios[kind, c] = ratio
+            tree, chain = at(data, kind, "7,4,16", c), at(data, kind, "7,1,8", c)
+            rows.append([label, c, chain["output_tok_s"], tree["output_tok_s"], ratio,
                          chain.get("accept_length_sglang"), tree.get("accept_length_sglang"), ms(chain), ms(tree)])
-    before = [f"{at(earlier, 'sglang', '7,4,16', c)['output_tok_s'] / at(earlier, 'sglang', '7,1,8', c)['output_tok_s']:.2f}x "
-              f"at {c}" for c in ("32", "64") if earlier and at(earlier, "sglang", "7,4,16", c).get("output_tok_s")
-              and at(earlier, "sglang", "7,1,8", c).get("output_tok_s")]
+    before = [f"{r:.2f}x at {c}" for c in ("32", "64") if earlier and (r := tree_over_chain(earlier, "sglang", c))]
     files = ["benchmarks/results/gpu_tree_sweep_step/c32_c64_ours.json"]
     ours = [ratios.get(("ours", c)) for c in ("32", "64")]
     stops = ("Ours does not stop paying by 64" if all(r and r >= 1 for r in ours)
@@ -694,14 +694,14 @@ batch it ran below it (`ServerInfo.step_time_at`).
 - {stops}: its tree's step is at most {max(r[8] / r[7] for r in mine):.2f}x its chain's
   ({min(r[8] for r in mine):.2f} to {max(r[8] for r in mine):.2f} ms), while it accepts {min(gain):.2f} to
   {max(gain):.2f} more tokens a step. The zoo's target is tiny: 64 rows x 16 verified tokens (1,024 positions a
-  step) are {flops / 1e9:.0f} GFLOP of matmuls, about {flops / H200_DENSE_BF16 * 1e6:.0f} µs at the H200's dense bf16 rate, so its
-  step is the fixed cost of its kernels, not arithmetic or bytes, and the tree's width costs little time.
+  step) are {flops / 1e9:.0f} GFLOP of matmuls, about {flops / H200_DENSE_BF16 * 1e6:.0f} µs at the H200's dense bf16
+  rate, so its step is the fixed cost of its kernels, not arithmetic or bytes, and the tree's width costs little time.
 - SGLang's tree against its chain: {", ".join(f"{ratios[k, c]:.2f}x at {c}" for k, c in ratios if k == "sglang")}
   in this call{"; " + " and ".join(before) + " in the earlier call" if before else ""}. Its steps here take
   {min(theirs):.1f} to {max(theirs):.1f} ms by its own clock, where our engine runs the same shapes and rows in
-  {max(ms for r in mine for ms in r[7:9]):.1f} ms or less, so most of SGLang's step at these widths is not the model's arithmetic; and its tokens/s at 32 and 64 moved by up
-  to {100 * max(swing, default=0):.0f}% between the two calls, so there its tree and chain are within its own noise:
-  no stop is clear.
+  {max(t for r in mine for t in r[7:9]):.1f} ms or less, so most of SGLang's step at these widths is not the model's
+  arithmetic; and its tokens/s at 32 and 64 moved by up to {100 * max(swing, default=0):.0f}% between the two calls,
+  so there its tree and chain are within its own noise: no stop is clear.
 """
 
 
