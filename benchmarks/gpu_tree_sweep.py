@@ -531,6 +531,21 @@ def render_mtp32() -> str:
                          + f"; mean of the categories {mean:+.2f}; pooled over verify steps {pooled:+.2f}")
     files = ["benchmarks/results/gpu_tree_sweep_mtp32/summary.json"]
     hard = [c for c in cats if c != "predictable"]
+    deep, eagle_line = load("gpu_tree_sweep_deep/summary.json"), ""
+    if deep:  # the EAGLE head's best tree at 16 tokens, read the same two ways
+        sides, pooled_all, mean_all = [], [], []
+        for kind, label in (("sglang", "SGLang"), ("ours", "ours")):
+            t, c = at(deep, kind, "15,4,16"), at(deep, kind, "15,1,16")
+            if t.get("metrics_accept_length") and c.get("metrics_accept_length"):
+                d = [a - b for a, b in zip(t["metrics_accept_length"], c["metrics_accept_length"])]
+                pooled_all.append(t["accept_length_sglang"] - c["accept_length_sglang"])
+                mean_all.append(sum(d) / len(d))
+                sides.append(f"{label} {pooled_all[-1]:+.2f} pooled, {mean_all[-1]:+.2f} the categories' mean ("
+                             + ", ".join(f"{cat} {g:+.2f}" for cat, g in zip(cats, d)) + ")")
+        holds = lambda xs: "holds" if xs and min(xs) >= 0.5 else "does not hold"  # noqa: E731
+        eagle_line = ("- For comparison, the EAGLE head's tree 15,4,16 against its chain 15,1,16 (the deep sweep above): "
+                      + "; ".join(sides) + f". On both servers its +0.5 {holds(pooled_all)} pooled over verify steps "
+                      f"and {holds(mean_all)} as the categories' mean.\n")
     return f"""### The MTP layer at 32 verified tokens
 
 {provenance(files, "one NVIDIA H200", "`benchmarks/gpu_tree_sweep.py --method mtp --shapes 31,1,32:15,4,32:15,8,32 --concurrency 1`", ["benchmarks/logs/gpu_tree_sweep_mtp32.log"], files)}
@@ -551,7 +566,7 @@ steps over the run, from each server's own counters.
   sure tokens that no tree 15 deep can hold, and it wins by several tokens a step. Over all three categories (pooled
   or the categories' mean) the best tree is {max(overall):+.2f} against the chain: {"behind" if max(overall) < 0 else
   "ahead"}. So with the MTP layer the tree's gain is per category, not overall.
-"""
+{eagle_line}"""
 
 
 def render_compiled() -> str:
