@@ -56,6 +56,16 @@ def manual_attention(q, k, v, attn_mask=None, **kw):
     return (s.float().softmax(-1).to(q.dtype)) @ v
 
 
+def flex_attention_masked(q, k, v, mask):
+    """Decode attention through FlexAttention, the mask read by a score_mod: under torch.compile one fused kernel
+    over the slots (issue 21's fused decode attention). Same arguments as model.attention."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    keep = mask[:, 0]  # [B, gT, S]
+    return flex_attention(q, k, v, score_mod=lambda score, b, h, qi, kv: torch.where(keep[b, qi, kv], score,
+                                                                                      -float("inf")))
+
+
 def reduction_attention(q, k, v, mask):
     """Decode attention as multiply-and-sum reductions (as model.Linear's one row), for inductor to fuse:
     q [B, h, Tq, D], k, v [B, h, S, D], mask [B, 1, Tq, S] -> [B, h, Tq, D]."""
@@ -201,10 +211,9 @@ def attention_candidates(mask: torch.Tensor, compile=lambda f: f) -> dict:
     cands["manual_compiled"] = compile(lambda q, k, v: manual_attention(q, k, v, mask))
     B, _, rows, S = mask.shape
     keep = mask[:, 0]  # [B, gT, S]
-    flex = compile(flex_attention)
-    cands["flex_score_mod"] = lambda q, k, v: flex(
-        q, k, v, score_mod=lambda score, b, h, qi, kv: torch.where(keep[b, qi, kv], score, -float("inf")))
+    cands["flex_score_mod"] = compile(lambda q, k, v: flex_attention_masked(q, k, v, mask))
     blocks = create_block_mask(lambda b, h, qi, kv: keep[b, qi, kv], B, None, rows, S, device=mask.device)
+    flex = compile(flex_attention)
     cands["flex_block_mask"] = lambda q, k, v: flex(q, k, v, block_mask=blocks)
     return cands
 
@@ -283,6 +292,9 @@ VARIANTS = {  # name: (Swap kwargs, compile, width)
         "coordinate_descent_search_radius": 2, "autotune_local_cache": False}}, True, 1),  # tuned afresh
     "compile+cdt, realize_opcount 8, attention as reductions": ({"cdt": True, "inductor": {
         "realize_opcount_threshold": 8}, "decode_attention": reduction_attention}, True, 1),
+    # the engine's options today (cuda_graphs.INDUCTOR_OPTIONS) with FlexAttention in model.attention's place
+    "compile+cdt, realize_opcount 8, flex attention": ({"cdt": True, "inductor": {
+        "realize_opcount_threshold": 8}, "decode_attention": flex_attention_masked}, True, 1),
 }
 
 

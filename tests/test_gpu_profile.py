@@ -69,3 +69,20 @@ def test_every_attention_candidate_computes_the_written_out_attention():
             continue
         assert torch.allclose(f(q, k, v), ref, atol=1e-5), name
     assert not torch.allclose(model_mod.attention(q, k, v, torch.ones_like(mask)), ref, atol=1e-3)
+
+
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+def test_the_flex_variant_decodes_as_the_written_out_attention(tiny_bundle):
+    """The step variant with FlexAttention in model.attention's place (what the GPU run compiles) decodes the zoo's
+    prompt greedily to the same tokens as the written-out attention, on the CPU, eager; and the swap is put back."""
+    from specdec.decoder.engine import Engine
+
+    prompt = tiny_bundle.tokenizer("def main(argv):\n")["input_ids"]
+    run = lambda: Engine(tiny_bundle, "mtp", k=3, max_batch=1, max_len=96).generate([prompt], 24)  # noqa: E731
+    plain = run()
+    kw = gpu_profile.VARIANTS["compile+cdt, realize_opcount 8, flex attention"][0]
+    with gpu_profile.Swap(decode_attention=kw["decode_attention"]):
+        assert model_mod.attention is gpu_profile.flex_attention_masked
+        flexed = run()
+    assert model_mod.attention is not gpu_profile.flex_attention_masked
+    assert flexed.tokens == plain.tokens and len(plain.tokens[0]) == 24
