@@ -3,7 +3,7 @@
 `specdec decode --random-weights 8b --method ar` measured 4.96 ms per output token (1.41x the floor,
 benchmarks/logs/gpu_fast_path.log) where the same shape's compiled step, replayed alone, took 4.45 to 4.51 ms
 (benchmarks/logs/gpu_floor.log, an earlier day and machine). This builds the engine exactly as `specdec decode`
-does (cli/fast.py: random weights, fused, compiled with the persistent compile cache, CUDA graphs), then in one
+does (`specdec.cli.decode.build`: random weights, fused, compiled with the persistent compile cache, CUDA graphs), then in one
 process:
   loop      generate at batch 1, a 512-token prompt, 256 new tokens: time per output token as decode reports it, and
             per step
@@ -37,10 +37,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import torch  # noqa: E402
 
 from specdec.cli import decode as decode_cli  # noqa: E402
-from specdec.cli import fast  # noqa: E402
 from specdec.decoder.cuda_graphs import GraphedStep  # noqa: E402
-from specdec.decoder.engine import Engine  # noqa: E402
-from specdec.decoder.methods import METHODS  # noqa: E402
 
 
 def say(log: list[str], out: Path, line: str) -> None:
@@ -50,13 +47,12 @@ def say(log: list[str], out: Path, line: str) -> None:
 
 
 def decode_args(shape: str, scope: str, new: int, prompt: str, smoke: bool, cache: str | None) -> argparse.Namespace:
+    """`specdec decode --random-weights SHAPE --method ar --compile on ...` as its parser reads it."""
     p = argparse.ArgumentParser()
     decode_cli.add_arguments(p)
-    argv = ["--random-weights", shape, "--method", "ar", "--max-new-tokens", str(new), "--prompt", prompt,
+    argv = ["--random-weights", shape, "--method", "ar", "--k", "4", "--max-new-tokens", str(new), "--prompt", prompt,
             "--compile", "off" if smoke else "on", "--compile-scope", scope] + (["--compile-cache", cache] if cache else [])
-    args = p.parse_args(argv + (["--device", "cpu"] if smoke else []))
-    args.k = 4
-    return args
+    return p.parse_args(argv + (["--device", "cpu"] if smoke else []))
 
 
 def replay_ms(graph, iters: int) -> float:
@@ -74,14 +70,10 @@ def replay_ms(graph, iters: int) -> float:
 
 def one_scope(shape: str, scope: str, new: int, prompt_text: str, smoke: bool, say_, cache: str | None = None) -> dict:
     args = decode_args(shape, scope, new, prompt_text, smoke, cache)
-    device, dtype_name = fast.device_and_dtype(args)
-    bundle = fast.load(args, METHODS["ar"].parts, device, getattr(torch, dtype_name))
-    prompts = [bundle.tokenizer(prompt_text)["input_ids"]]
-    max_len = len(prompts[0]) + new + args.k + 2  # decode.py's rule for a chain
     t0 = time.perf_counter()
-    compiled = fast.setup_compile(args, bundle, device)
-    engine = Engine(bundle, "ar", k=args.k, max_batch=1, max_len=max_len, cuda_graphs=args.cuda_graphs,
-                    compile=compiled)
+    _, prompts, engines = decode_cli.build(args, ("ar",))
+    engine = engines["ar"]
+    compiled = engine.graphs.scope
     engine.generate(prompts, 8, 0.0)  # capture (and compile) as decode does
     warm_s = time.perf_counter() - t0
     res = engine.generate(prompts, new, 0.0)
@@ -99,7 +91,8 @@ def one_scope(shape: str, scope: str, new: int, prompt_text: str, smoke: bool, s
     pr.disable()
     s = io.StringIO()
     pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(25)
-    loop_graph = max(spans.values()) if spans else None  # the loop's span: the widest it captured (512 + 256 < 1024)
+    # the loop's graph: the widest span it captured (the prompt and every new token fit in it)
+    loop_graph = spans[max(spans, key=lambda name: int(name.split("@")[1]))] if spans else None
     out = {"shape": shape, "scope": scope, "compiled": bool(compiled), "warm_s": round(warm_s, 1),
            "prompt_tokens": len(prompts[0]), "new_tokens": longest, "steps": res.steps,
            "tpot_ms": tpot * 1e3, "loop_ms_per_step": step_ms, "replay_ms": spans,
@@ -108,7 +101,8 @@ def one_scope(shape: str, scope: str, new: int, prompt_text: str, smoke: bool, s
            "cprofile_top": s.getvalue().splitlines()[:60]}
     say_(f"{shape} {scope}: compiled {out['compiled']} (warm-up {warm_s:.0f} s), tpot {out['tpot_ms']:.3f} ms, loop "
          f"{step_ms:.3f} ms a step; replays " + ", ".join(f"{k} {v:.3f} ms" for k, v in spans.items())
-         + f"; gap {'-' if out['gap_ms'] is None else format(out['gap_ms'], '.3f')} ms; phases " + ", ".join(f"{k} {v:.3f}" for k, v in phases.items()))
+         + f"; gap {'-' if out['gap_ms'] is None else format(out['gap_ms'], '.3f')} ms; phases "
+         + ", ".join(f"{k} {v:.3f}" for k, v in phases.items()))
     del engine
     torch._dynamo.reset()
     return out

@@ -504,6 +504,16 @@ running request, in a later device call:
     return text
 
 
+def tree_minus_chain(data: dict, kind: str, tree: str, chain: str, c: str = "1") -> tuple[list[float], float] | None:
+    """One server's accept length, the tree's minus the chain's: per category (its counters over each category's
+    run, in the settings' order) and pooled over verify steps; None where either shape lacks the counters."""
+    t, ch = at(data, kind, tree, c), at(data, kind, chain, c)
+    if not (t.get("metrics_accept_length") and ch.get("metrics_accept_length")):
+        return None
+    return ([a - b for a, b in zip(t["metrics_accept_length"], ch["metrics_accept_length"])],
+            t["accept_length_sglang"] - ch["accept_length_sglang"])
+
+
 def render_mtp32() -> str:
     """The MTP layer at 32 verified tokens: the chain 31,1,32 against two trees, by category, both servers."""
     from page import load, provenance, table
@@ -522,8 +532,7 @@ def render_mtp32() -> str:
         if n == chain:
             continue
         for kind, label in (("sglang", "SGLang"), ("ours", "ours")):
-            d = [t - c for t, c in zip(acc(kind, n), acc(kind, chain)) if t is not None and c is not None]
-            pooled = at(data, kind, n)["accept_length_sglang"] - at(data, kind, chain)["accept_length_sglang"]
+            d, pooled = tree_minus_chain(data, kind, n, chain)
             mean = sum(d) / len(d)
             best[kind] = max(best.get(kind, (-1e9, "")), (min(d[i] for i, c in enumerate(cats) if c != "predictable"), n))
             overall.append(max(mean, pooled))
@@ -535,10 +544,9 @@ def render_mtp32() -> str:
     if deep:  # the EAGLE head's best tree at 16 tokens, read the same two ways
         sides, pooled_all, mean_all = [], [], []
         for kind, label in (("sglang", "SGLang"), ("ours", "ours")):
-            t, c = at(deep, kind, "15,4,16"), at(deep, kind, "15,1,16")
-            if t.get("metrics_accept_length") and c.get("metrics_accept_length"):
-                d = [a - b for a, b in zip(t["metrics_accept_length"], c["metrics_accept_length"])]
-                pooled_all.append(t["accept_length_sglang"] - c["accept_length_sglang"])
+            if gains := tree_minus_chain(deep, kind, "15,4,16", "15,1,16"):
+                d, pooled = gains
+                pooled_all.append(pooled)
                 mean_all.append(sum(d) / len(d))
                 sides.append(f"{label} {pooled_all[-1]:+.2f} pooled, {mean_all[-1]:+.2f} the categories' mean ("
                              + ", ".join(f"{cat} {g:+.2f}" for cat, g in zip(cats, d)) + ")")

@@ -50,6 +50,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_threads(p)
 
 
+def build(args, methods: tuple[str, ...]):
+    """The bundle (loaded fast: fused, compiled where --compile says), the prompts' token ids, and an Engine for each
+    method, as `specdec decode` runs them (benchmarks/gpu_decode_gap.py times the same)."""
+    shape = fast_flags.tree_shape(args)
+    device, dtype_name = fast.device_and_dtype(args)
+    bundle = fast.load(args, METHODS[args.method].parts, device, getattr(torch, dtype_name), draft=args.draft)
+    texts = args.prompt or [DEFAULT_PROMPT]
+    prompts = [bundle.tokenizer(texts[i % len(texts)])["input_ids"] for i in range(args.batch)]
+    max_len = max(map(len, prompts)) + args.max_new_tokens + max(args.k + 2, shape.slots + 1)
+    tree = dict(topk=args.topk, num_draft_tokens=shape.num_draft_tokens)
+    compiled = fast.setup_compile(args, bundle, device)
+    engines = {m: Engine(bundle, m, k=args.k, max_batch=args.batch, max_len=max_len, cuda_graphs=args.cuda_graphs,
+                         compile=compiled, adaptive=args.adaptive_k,
+                         **(dict(tree, simulate=args.simulate_accept_length) if m == args.method else {}))
+               for m in methods}
+    return bundle, prompts, engines
+
+
 def main(args) -> int:
     if None not in (args.num_steps, args.k) and args.num_steps != args.k:
         raise UsageError(f"--num-steps {args.num_steps} and --k {args.k} disagree: give one")
@@ -57,23 +75,14 @@ def main(args) -> int:
     for name, low in (("k", 1), ("batch", 1), ("max_new_tokens", 1), ("temperature", 0)):
         if getattr(args, name) < low:
             raise UsageError(f"--{name.replace('_', '-')} must be >= {low}, got {getattr(args, name)}")
-    shape = fast_flags.tree_shape(args)
     torch.set_num_threads(threads(args))
     device, dtype_name = fast.device_and_dtype(args)
     dtype = getattr(torch, dtype_name)
-    parts = METHODS[args.method].parts
-    texts = args.prompt or [DEFAULT_PROMPT]
+    shape, texts = fast_flags.tree_shape(args), args.prompt or [DEFAULT_PROMPT]
     methods = (args.method, "ar") if args.compare and args.method != "ar" else (args.method,)
     try:
-        bundle = fast.load(args, parts, device, dtype, draft=args.draft)
-        prompts = [bundle.tokenizer(texts[i % len(texts)])["input_ids"] for i in range(args.batch)]
-        max_len = max(map(len, prompts)) + args.max_new_tokens + max(args.k + 2, shape.slots + 1)
-        tree = dict(topk=args.topk, num_draft_tokens=shape.num_draft_tokens)
-        compiled = fast.setup_compile(args, bundle, device)
-        engines = {m: Engine(bundle, m, k=args.k, max_batch=args.batch, max_len=max_len, cuda_graphs=args.cuda_graphs,
-                             compile=compiled, adaptive=args.adaptive_k,
-                             **(dict(tree, simulate=args.simulate_accept_length) if m == args.method else {}))
-                   for m in methods}
+        bundle, prompts, engines = build(args, methods)
+        compiled = engines[args.method].graphs.scope or False  # "step", "layers", or not compiled
 
         def run(method: str, n: int):
             return engines[method].generate(prompts, n, args.temperature, seed=args.seed, profile=args.profile)

@@ -4,8 +4,8 @@ speedup_from_costs, and the plots.
 
 Step costs come from the server's step_time_dict (/server_info: specdec serve, and SGLang 0.5.16 and later with
 SGLANG_RECORD_STEP_TIME=1) read right after each timed run, at the batch width that run ran at (or the widest
-below it that ran): warm, as the engine ran the run. Older sweeps fall back to the table read once at the end of the sweep, else to the plain
-run's TPOT and the speculative run's time per verify. Where a prediction lies outside the measured interval,
+below it that ran, ServerInfo.step_time_at): warm, as the engine ran the run. Older sweeps fall back to the table
+read once at the end of the sweep, else to the plain run's TPOT and the speculative run's time per verify. Where a prediction lies outside the measured interval,
 the comparison says why in one line (`prediction_note`): the share of each run's time its decode steps account
 for, the only time the formula counts.
 
