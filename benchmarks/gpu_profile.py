@@ -38,6 +38,7 @@ from gpu_bench import cuda_time  # noqa: E402
 from gpu_floor import Plan, Run, build, bundle_of, copy_bandwidth, decode_loop, random_prompts, step_row  # noqa: E402
 
 import specdec.decoder.cuda_graphs as graphs_mod  # noqa: E402
+import specdec.decoder.decode_attention as decode_kernel  # noqa: E402
 import specdec.decoder.model as model_mod  # noqa: E402
 import specdec.decoder.step as step_mod  # noqa: E402
 from specdec.decoder.kv_cache import KVCache  # noqa: E402
@@ -115,16 +116,19 @@ class Swap:
     """Swap the readable paths back in (or a candidate) for the duration of a measurement."""
 
     def __init__(self, attention=None, linear=None, sdpa=False, cublas=False, sampling_path=False, cdt=False,
-                 inductor=None, decode_attention=None):
+                 inductor=None, decode_attention=None, kernel_attention=True):
         self.attention, self.linear, self.sdpa, self.cublas = attention, linear, sdpa, cublas
         self.sampling_path, self.cdt, self.inductor = sampling_path, cdt, inductor
         self.decode_attention = decode_attention
+        # model.attention (or a candidate in its place) only runs where the Triton kernel is off
+        self.kernel_attention = kernel_attention and decode_attention is None
 
     def __enter__(self):
         import torch._inductor.config as ic
         self.saved = (F.scaled_dot_product_attention, F.linear, model_mod.DECODE_ROWS, model_mod.Linear.forward,
                       step_mod.Rows.sampling, ic.coordinate_descent_tuning, graphs_mod.INDUCTOR_OPTIONS,
-                      model_mod.attention)
+                      model_mod.attention, model_mod.KERNEL_ATTENTION)
+        model_mod.KERNEL_ATTENTION = self.kernel_attention
         graphs_mod.INDUCTOR_OPTIONS = {"coordinate_descent_tuning": self.cdt, **(self.inductor or {})}
         if self.decode_attention:
             model_mod.attention = self.decode_attention
@@ -144,7 +148,7 @@ class Swap:
         import torch._inductor.config as ic
         (F.scaled_dot_product_attention, F.linear, model_mod.DECODE_ROWS, model_mod.Linear.forward,
          step_mod.Rows.sampling, ic.coordinate_descent_tuning, graphs_mod.INDUCTOR_OPTIONS,
-         model_mod.attention) = self.saved
+         model_mod.attention, model_mod.KERNEL_ATTENTION) = self.saved
         torch._dynamo.reset()
 
 
@@ -215,29 +219,36 @@ def attention_candidates(mask: torch.Tensor, compile=lambda f: f) -> dict:
     blocks = create_block_mask(lambda b, h, qi, kv: keep[b, qi, kv], B, None, rows, S, device=mask.device)
     flex = compile(flex_attention)
     cands["flex_block_mask"] = lambda q, k, v: flex(q, k, v, block_mask=blocks)
+    if decode_kernel.triton is not None and mask.is_cuda:  # the model's own kernel (decode_attention.py)
+        cands["triton_kernel"] = lambda q, k, v: decode_kernel.decode_attention(q, k, v, mask)
     return cands
 
 
 def attention_bench(model, span=1024, context=512) -> dict:
+    """One layer's decode attention by candidate, µs a call over every layer's keys (one graph): batch 1 at 1 and 4
+    query positions; batch 8 and 64 at 4 (served verify steps)."""
     cfg = model.config
     nkv, g, d = cfg.num_key_value_heads, cfg.num_attention_heads // cfg.num_key_value_heads, cfg.head_dim
     L = cfg.num_hidden_layers
     out = {}
-    Ks = [torch.randn(1, nkv, span, d, device="cuda", dtype=torch.bfloat16) for _ in range(L)]
-    Vs = [torch.randn_like(k) for k in Ks]
-    for T in (1, 4):
-        q = torch.randn(1, nkv, g * T, d, device="cuda", dtype=torch.bfloat16)
+    for B, T in ((1, 1), (1, 4), (8, 4), (64, 4)):
+        Ks = [torch.randn(B, nkv, span, d, device="cuda", dtype=torch.bfloat16) for _ in range(L)]
+        Vs = [torch.randn_like(k) for k in Ks]
+        q = torch.randn(B, nkv, g * T, d, device="cuda", dtype=torch.bfloat16)
         pos = context + torch.arange(T, device="cuda")
         mask = (torch.arange(span, device="cuda") <= pos.view(T, 1)).repeat(g, 1).view(1, 1, g * T, span)
+        mask = mask.expand(B, 1, g * T, span)
         ref = manual_attention(q.float(), Ks[0].float(), Vs[0].float(), mask)
         cands = attention_candidates(mask, compile=lambda f: torch.compile(f, dynamic=False))
+        label = f"T{T}" if B == 1 else f"B{B}T{T}"
         for name, f in cands.items():
             try:
                 err = (f(q, Ks[0], Vs[0]).float() - ref).abs().max().item()
                 t = graph_time([lambda i=i: f(q, Ks[i], Vs[i]) for i in range(L)])
-                out[f"T{T}/{name}"] = {"us": round(t * 1e6, 2), "max_err": err}
+                out[f"{label}/{name}"] = {"us": round(t * 1e6, 2), "max_err": err}
             except Exception as exc:  # noqa: BLE001
-                out[f"T{T}/{name}"] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+                out[f"{label}/{name}"] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+        del Ks, Vs
     torch._dynamo.reset()
     return out
 
@@ -292,7 +303,10 @@ VARIANTS = {  # name: (Swap kwargs, compile, width)
         "coordinate_descent_search_radius": 2, "autotune_local_cache": False}}, True, 1),  # tuned afresh
     "compile+cdt, realize_opcount 8, attention as reductions": ({"cdt": True, "inductor": {
         "realize_opcount_threshold": 8}, "decode_attention": reduction_attention}, True, 1),
-    # the engine's options today (cuda_graphs.INDUCTOR_OPTIONS) with FlexAttention in model.attention's place
+    # the engine's options today (cuda_graphs.INDUCTOR_OPTIONS), decode attention written out (as before the kernel)
+    "compile+cdt, realize_opcount 8, written-out attention": ({"cdt": True, "inductor": {
+        "realize_opcount_threshold": 8}, "kernel_attention": False}, True, 1),
+    # the same with FlexAttention in model.attention's place
     "compile+cdt, realize_opcount 8, flex attention": ({"cdt": True, "inductor": {
         "realize_opcount_threshold": 8}, "decode_attention": flex_attention_masked}, True, 1),
 }

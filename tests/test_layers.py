@@ -19,7 +19,7 @@ LAYERS = {"sim": 0, "decoder": 1, "serving": 2, "zoo": 3, "grading": 3, "cli": 4
 SERVING_MAY_IMPORT = {"measure": {"sim"}, "server": {"sim", "decoder"}, "ops": {"sim", "decoder", "measure"}}
 # Imported inside functions on purpose: heavy, and needed only by some paths.
 OPTIONAL_HEAVY = {"scipy", "matplotlib", "transformers", "huggingface_hub", "IPython", "traitlets",
-                  "tokenizers", "pydoc_data", "sglang", "uvicorn"}
+                  "tokenizers", "pydoc_data", "sglang", "uvicorn", "triton"}
 
 
 def modules() -> list[Path]:

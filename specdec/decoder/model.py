@@ -15,6 +15,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from specdec.decoder import decode_attention as kernel
 from specdec.decoder.kv_cache import LayerCache
 from specdec.decoder.regions import region
 
@@ -108,13 +109,17 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     """softmax(q k^T / sqrt(D)) v over the slots the mask allows: q [B, h, Tq, D], k, v [B, h, S, D],
     mask [B, 1, Tq, S] bool -> [B, h, Tq, D]. Written out (scores, mask, softmax, weighted sum): at a
     decode step's few query rows it is also faster on a GPU than the fused SDPA kernel (docs/results.md, the
-    section "Where a batch-1 step's time goes")."""
+    section "Where a batch-1 step's time goes"). The reference, and the CPU twin, of decode_attention.py's
+    Triton kernel, which a GPU runs in its place at small batches."""
     scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5  # [B, h, Tq, S]
     scores = scores.masked_fill(~mask, float("-inf"))  # slot 0 is always visible: no row is all -inf
     return scores.float().softmax(-1).to(q.dtype) @ v
 
 
 DECODE_ROWS = 64  # query rows (query heads per key/value head x new tokens) up to which `attention` runs
+# On a GPU decode attention runs as decode_attention.py's Triton kernel (the same computation in two kernels
+# instead of three, reading only the slots some row sees); False: as written, as on the CPU.
+KERNEL_ATTENTION = True
 
 
 def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
@@ -183,7 +188,9 @@ class Attention(nn.Module):
             # Grouped-query attention without copying the cache: fold each group's query heads
             # into the query-length axis, so one key/value head serves g*T query rows.
             qg = q.reshape(B, self.nkv, g * T, self.d)
-            if g * T <= DECODE_ROWS:  # a decode or verify step
+            if g * T <= DECODE_ROWS and KERNEL_ATTENTION and kernel.fits(qg):  # a decode or verify step, on a GPU
+                y = kernel.decode_attention(qg, K, V, mask)
+            elif g * T <= DECODE_ROWS:  # the same step written out: the CPU's, and the kernel's reference
                 y = attention(qg, K, V, mask)
             else:  # a prefill: the fused kernel, which never holds the [g*T, S] scores
                 y = F.scaled_dot_product_attention(qg, K, V, attn_mask=mask)
