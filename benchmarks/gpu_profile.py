@@ -641,5 +641,88 @@ def _repeat_ms() -> str:
     return " and ".join(f"{m:.3f}" for m in ms) or "(no log)"
 
 
+def render_attention() -> str:
+    """Decode attention's candidates after the written-out one: FlexAttention, then the Triton kernel (issue 21)."""
+    from page import LOGS, load, provenance, table
+
+    flex, kern, att = (load(f"gpu_profile/{n}.json") for n in ("flex", "kernel", "kernel_attention"))
+    if not (flex and kern and att):
+        return ""
+    step = lambda res, shape, name: next(e for e in res["sections"]["variants"]  # noqa: E731
+                                         if e["shape"] == shape and e["variant"] == name and "ms" in e)
+    base = "compile+cdt, realize_opcount 8"
+    names = {"manual_compiled": "written out, compiled", "flex_block_mask": "FlexAttention, block mask",
+             "flex_score_mod": "FlexAttention, score_mod", "triton_kernel": "Triton kernel", "sdpa_auto": "SDPA"}
+    a8 = next(e for e in att["sections"]["attention"] if e["shape"] == "8b")
+    labels = {"T1": "1 x 1", "T4": "1 x 4", "B8T4": "8 x 4", "B64T4": "64 x 4"}
+    arows = [[labels[lab]] + [a8[f"{lab}/{n}"]["us"] for n in names] for lab in labels]
+    us = lambda lab, n: a8[f"{lab}/{n}"]["us"]  # noqa: E731
+    f_rows, k_rows = [], []
+    for shape in ("8b", "1b"):
+        w, f = step(flex, shape, base), step(flex, shape, base + ", flex attention")
+        f_rows.append([shape, w["ms"], f["ms"], f"{f['ms'] / w['ms'] - 1:+.1%}"])
+        t, w2 = step(kern, shape, base), step(kern, shape, base + ", written-out attention")
+        k_rows.append([shape, w2["ms"], t["ms"], t["ms"] / w2["ms"] - 1, t["x_floor"], t["floor_ms"]])
+    fk = next(e for e in flex["sections"]["compiled_kernels"] if e["shape"] == "8b")
+    tem = next(k for k in fk["top"] if k["name"].startswith("triton_tem") and "flex_attention" in k["name"])
+    a1 = next(e for e in flex["sections"]["attention"] if e["shape"] == "1b")
+    saved8 = (us("T1", "manual_compiled") - us("T1", "triton_kernel")) * 32
+    log = LOGS / "gpu_profile_kernel.log"
+    earlier = " and ".join(f'{float(line.split("8b ")[1].split(" ms")[0]):.2f}' for line in log.read_text().splitlines()
+                           if line.startswith("#   the written-out step: 8b"))
+    env = kern["env"]
+    return f"""### Decode attention: FlexAttention and a Triton kernel
+
+{provenance(["benchmarks/results/gpu_profile/flex.json", "benchmarks/results/gpu_profile/kernel.json"], env["device"],
+            "`benchmarks/gpu_profile.py`", ["benchmarks/logs/gpu_profile_flex.log", "benchmarks/logs/gpu_profile_kernel.log"],
+            ["benchmarks/results/gpu_profile/flex.json", "benchmarks/results/gpu_profile/kernel.json",
+             "benchmarks/results/gpu_profile/kernel_attention.json"])}
+
+Issue 21 asks for a fused decode attention over the live prefix, FlexAttention if it is as fast, else Triton. Both
+were tried in place of the compiled written-out `model.attention` (two cuBLAS matmuls and a fused softmax a layer).
+The Triton kernel (`specdec/decoder/decode_attention.py`) splits the slots among programs, each keeping a running
+max and sum per query row (flash-decoding's online softmax) and not reading slots no row sees; a second kernel
+combines the splits.
+
+**One layer's decode attention** (8B shape: 8 key/value heads of 128, 1024 slots, 512 live; bf16; µs a call, every
+layer's call in one CUDA graph; batch x query rows per head):
+
+{table(["batch x rows"] + list(names.values()), arows)}
+
+At batch 1 the kernel takes {us("T1", "triton_kernel"):.1f} µs against {us("T1", "manual_compiled"):.1f} for the written-out
+attention (the 1B shape, same call as FlexAttention below: {a1["T1/flex_block_mask"]["us"]:.1f} µs with a block mask,
+{a1["T1/manual_compiled"]["us"]:.1f} written out; the kernel's own 1B figure is in the log). At batch 8 they tie; at 64 the kernel
+is slower and FlexAttention with a block mask is the fastest ({us("B64T4", "flex_block_mask"):.0f} µs against
+{us("B64T4", "manual_compiled"):.0f}): a block mask skips whole blocks of dead slots, which the kernel still loops over. So
+`model.py` runs the kernel up to `decode_attention.MAX_BATCH` = 8 rows of a batch and the written-out attention above.
+
+**FlexAttention in the whole compiled step** (its mask as a score_mod, as the step has no block mask; ms a step, the
+same call):
+
+{table(["shape", "written-out ms", "FlexAttention ms", "change"], f_rows)}
+
+Compiled into the step, FlexAttention ran its general template, {tem["us"] / tem["calls"]:.0f} µs a layer on the 8B shape
+(`{tem["name"][:40]}...`), not its decoding kernel: slower than what it replaced. Building a block mask per step
+inside the graph was not tried.
+
+**The Triton kernel in the whole compiled step** (the engine's inductor options; ms a step, one call, the kernel's
+step compiled first):
+
+{table(["shape", "written-out ms", "Triton kernel ms", "change", "x floor", "floor ms"],
+       [r[:3] + [f"{r[3]:+.1%}"] + r[4:] for r in k_rows])}
+
+- On the 1B shape the kernel takes {-k_rows[1][3]:.1%} off the step. On the 8B shape it saves
+  {saved8:.0f} µs a step at most ({us("T1", "manual_compiled") - us("T1", "triton_kernel"):.1f} µs a layer, 32 layers),
+  {saved8 / 1e3 / k_rows[0][1]:.1%} of it, and the step moved by {k_rows[0][3]:+.1%}: within the spread of two compiles.
+- The 1B step alone is at {k_rows[1][4]:.2f}x its floor; the goal (<= 1.8x) is for `specdec decode` end to end, not yet
+  measured with the kernel, nor beside SGLang in the same call.
+- This call's 8B step ({k_rows[0][2]:.2f} ms) is faster than the written-out step in the two calls before it ({earlier}
+  ms, the log): machines and compiles differ by that much, more than the kernel changes the 8B step.
+- Tested: the kernel against `model.attention` on the GPU (fp32 and bf16; causal, tree and expanded masks) and the zoo
+  decoded through it under CUDA graphs, token-equal (call 3 of the log). The compiled step through the kernel ran
+  in these variants but its token-equality test has not yet reported on a GPU (call 4 of the log).
+"""
+
+
 if __name__ == "__main__":
     sys.exit(main())
