@@ -133,6 +133,9 @@ SLOW_TESTS = {
     "test_tour_lab1_writes_report_and_plots", "test_the_cli_says_compile_on_on_a_cpu_in_one_line_and_writes_nothing_home",
     "test_decode_on_a_cpu_runs_uncompiled_by_default", "test_serve_answers_from_random_weights",
     "test_decode_with_a_simulated_accept_length", "test_decode_with_adaptive_k_keeps_the_output", "test_checks_need_no_model",
+    "test_bad_decode_input_is_one_line",
+    # waits out a time limit (2.5 s of wall clock, little CPU)
+    "test_a_kernel_that_hangs_is_killed_at_its_limit_plus_grace",
     # torch.compile on the CPU (inductor compiles C++: 5 to 20 s each)
     "test_one_row_linear_under_compile_is_the_matmul", "test_a_graph_captured_greedy_is_not_replayed_for_sampling_rows",
     "test_a_compiled_batch1_step_takes_the_fast_paths_and_decodes_as_eager", "test_compile_is_not_cut_off_after_eight_captures",

@@ -28,7 +28,9 @@ def tree_chi2(bundle, method, topk, num_draft_tokens, n=4, seed=0, top_p=1.0, to
 
 
 @pytest.mark.parametrize("method,topk,num_draft_tokens,graphs",
-                         [("eagle", 2, 7, "emulate"), ("mtp", 3, 10, "emulate"), ("heads", 3, 8, "emulate"),
+                         [("eagle", 2, 7, "emulate"),  # test-quick runs one drafter; make test all three (2 s each)
+                          pytest.param("mtp", 3, 10, "emulate", marks=pytest.mark.slow),
+                          pytest.param("heads", 3, 8, "emulate", marks=pytest.mark.slow),
                           pytest.param("eagle", 2, 7, "off", marks=pytest.mark.slow)])  # eager: the same rule, 2 s
 def test_a_sampled_tree_keeps_the_target_distribution(bundle, method, topk, num_draft_tokens, graphs):  # noqa: F811
     """Under the emulated graphs (the drafter's tree and the verify replayed) and eagerly."""
