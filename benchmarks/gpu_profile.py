@@ -43,6 +43,7 @@ import specdec.decoder.model as model_mod  # noqa: E402
 import specdec.decoder.step as step_mod  # noqa: E402
 from specdec.decoder.kv_cache import KVCache  # noqa: E402
 from specdec.decoder.engine import Engine, SamplingParams  # noqa: E402
+from specdec.decoder.regions import Regions  # noqa: E402
 
 SDPA = F.scaled_dot_product_attention
 LINEAR = F.linear
@@ -289,7 +290,7 @@ def matmul_bench(model, bw: float) -> dict:
 
 
 PARTS = ("kernels", "attention", "matmul", "variants", "compiled", "host")
-VARIANTS = {  # name: (Swap kwargs, compile, width)
+VARIANTS = {  # name: (Swap kwargs, compile (False, True: the whole step, or "layers"), width)
     "graph": ({}, False, 1),
     "graph, as before (sdpa, sampling path)": ({"sdpa": True, "sampling_path": True}, False, 1),
     "graph, sdpa": ({"sdpa": True}, False, 1),
@@ -303,6 +304,13 @@ VARIANTS = {  # name: (Swap kwargs, compile, width)
         "coordinate_descent_search_radius": 2, "autotune_local_cache": False}}, True, 1),  # tuned afresh
     "compile+cdt, realize_opcount 8, attention as reductions": ({"cdt": True, "inductor": {
         "realize_opcount_threshold": 8}, "decode_attention": reduction_attention}, True, 1),
+    # issue 21's stable kernel choices: the whole step compiles one weight shape into 2 to 4 kernels, tuned apart and
+    # as much as 14% apart in time (docs, "Where a batch-1 step's time goes"). Compiled by layers, every layer runs
+    # one layer's kernels; without in-place buffers, the step's layers may compile to the same kernel source.
+    "compile+cdt, realize_opcount 8, by layers": ({"cdt": True, "inductor": {"realize_opcount_threshold": 8}},
+                                                  "layers", 1),
+    "compile+cdt, realize_opcount 8, no in-place buffers": ({"cdt": True, "inductor": {
+        "realize_opcount_threshold": 8, "inplace_buffers": False}}, True, 1),
     # the engine's options today (cuda_graphs.INDUCTOR_OPTIONS), decode attention written out (as before the kernel)
     "compile+cdt, realize_opcount 8, written-out attention": ({"cdt": True, "inductor": {
         "realize_opcount_threshold": 8}, "kernel_attention": False}, True, 1),
@@ -333,8 +341,10 @@ def compiled_kernels(model, plan: Plan, name: str, steps: int = 8) -> dict:
     cache = KVCache.for_model(model, 1, 1024).rows(0, 1, 1024)
     ids = torch.zeros(1, 1, dtype=torch.long, device="cuda")
     pos = torch.full((1, 1), plan.context, device="cuda")
+    forward = lambda i, p: model(i, p, cache)[0].argmax(-1)  # noqa: E731
     with Swap(**kw), ic.patch(kw.get("inductor", {})):
-        fwd = torch.compile(lambda i, p: model(i, p, cache)[0].argmax(-1), dynamic=False)
+        # by layers: one compiled decoder layer (and head) run by every layer, as `--compile-scope layers` runs them
+        fwd = Regions().around(forward) if compile == "layers" else torch.compile(forward, dynamic=False)
         for _ in range(3):
             fwd(ids, pos)
         torch.cuda.synchronize()
