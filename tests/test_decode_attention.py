@@ -1,5 +1,5 @@
 """The Triton decode attention (decoder/decode_attention.py) against its reference, model.attention, on a GPU. The CPU
-twin: model.attention itself against SDPA and a naive loop (tests/test_fast_paths.py); on a CPU the model never
+twin: model.attention itself against SDPA (tests/test_fast_paths.py); on a CPU the model never
 dispatches to the kernel (below), so every CPU decode test runs the reference."""
 
 import pytest
@@ -78,7 +78,7 @@ def test_the_kernel_computes_the_written_out_attention():
 
 @needs_gpu
 @pytest.mark.gpu
-def test_graphs_decode_the_zoo_through_the_kernel_as_written_out(code_prompts):
+def test_graphs_decode_the_zoo_through_the_kernel_as_written_out(code_prompts, monkeypatch):
     """The zoo in fp32 on the GPU under CUDA graphs: every proposer's greedy tokens through the kernel equal the same
     engine's with the written-out attention, and plain decoding's."""
     from specdec.zoo import load_bundle
@@ -87,10 +87,7 @@ def test_graphs_decode_the_zoo_through_the_kernel_as_written_out(code_prompts):
     bundle = load_bundle("tiny", device="cuda", dtype=torch.float32)
     run = lambda m: Engine(bundle, m, k=3, cuda_graphs="on", min_span=16).generate(code_prompts, 32).tokens  # noqa: E731
     fused = {m: run(m) for m in ("ar", "mtp", "eagle")}
-    model_mod.KERNEL_ATTENTION = False
-    try:
-        written = {m: run(m) for m in ("ar", "mtp", "eagle")}
-    finally:
-        model_mod.KERNEL_ATTENTION = True
+    monkeypatch.setattr(model_mod, "KERNEL_ATTENTION", False)
+    written = {m: run(m) for m in ("ar", "mtp", "eagle")}
     assert fused == written
     assert fused["mtp"] == fused["ar"] == fused["eagle"]

@@ -188,12 +188,12 @@ class Attention(nn.Module):
             # Grouped-query attention without copying the cache: fold each group's query heads
             # into the query-length axis, so one key/value head serves g*T query rows.
             qg = q.reshape(B, self.nkv, g * T, self.d)
-            if g * T <= DECODE_ROWS and KERNEL_ATTENTION and kernel.fits(qg):  # a decode or verify step, on a GPU
-                y = kernel.decode_attention(qg, K, V, mask)
-            elif g * T <= DECODE_ROWS:  # the same step written out: the CPU's, and the kernel's reference
-                y = attention(qg, K, V, mask)
-            else:  # a prefill: the fused kernel, which never holds the [g*T, S] scores
+            if g * T > DECODE_ROWS:  # a prefill: the fused kernel, which never holds the [g*T, S] scores
                 y = F.scaled_dot_product_attention(qg, K, V, attn_mask=mask)
+            elif KERNEL_ATTENTION and kernel.fits(qg):  # a decode or verify step on a GPU: the Triton kernel
+                y = kernel.decode_attention(qg, K, V, mask)
+            else:  # the same step written out: the CPU's, and the kernel's reference
+                y = attention(qg, K, V, mask)
             y = y.reshape(B, self.nh, T, self.d)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, self.nh * self.d))
 
