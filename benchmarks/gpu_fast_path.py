@@ -226,7 +226,7 @@ def render() -> str:
         sglang.update({shape: v["tpot_s"] * 1e3 for v in got.get("tpot_512", {}).values()})
     header = ["shape", "run", "flags", "process s", "compile s", "ms to first token", "ms per output token", "x floor",
               "speed / SGLang's"]
-    rows = [[e["shape"], e["variant"], e["flags"], e.get("process_s"), e.get("compile_s"), e.get("ttft_ms"),
+    rows = [[e["shape"], e["variant"], e["flags"], e.get("process_s", f"not run ({e['skipped']})" if "skipped" in e else None), e.get("compile_s"), e.get("ttft_ms"),
              e.get("tpot_ms"), e["tpot_ms"] / data["floor"][e["shape"]] if e.get("tpot_ms") and
              e["shape"] in data["floor"] else None,
              sglang[e["shape"]] / e["tpot_ms"] if e.get("tpot_ms") and e["shape"] in sglang else None]
@@ -238,6 +238,15 @@ def render() -> str:
         when += (f" The {others} rows come from a call on {data['env']['date'][:10]} (the device's git printed {data['env']['commit']}), the {shape}"
                  f" rows from one on {data[f'env_{shape}']['date'][:10]} ({data[f'env_{shape}']['commit']}), each with"
                  " SGLang in its call.")
+    before = ""  # the rows a shape's newer call replaced: its default path then, against now
+    for shape, was in data.get("before", {}).items():
+        then = {e["variant"]: e["tpot_ms"] for e in was["runs"] if e.get("tpot_ms")}
+        now = {e["variant"]: e["tpot_ms"] for e in data["runs"] if e["shape"] == shape and e.get("tpot_ms")}
+        pairs = [f"{v} {then[v]:.2f} -> {now[v]:.2f} ms ({now[v] / then[v] - 1:+.1%})" for v in now if v in then]
+        if pairs:
+            before += (f"\n- {shape}, against the rows these replaced ({was['date'][:10]}, the device's git printed "
+                       f"{was['commit']}; log `benchmarks/logs/gpu_fast_path.log`; since then: {was['since']}): "
+                       + "; ".join(pairs) + ".")
     return f"""### The default `specdec decode` path on random weights
 
 {provenance(["benchmarks/results/gpu_fast_path.json"], data["env"]["device"], "`benchmarks/gpu_fast_path.py`",
@@ -254,6 +263,7 @@ and machine (random weights, triton attention, CUDA graphs; `benchmarks/gpu_fast
 per output token at 512 tokens of context: {anchor}.{when}
 
 {table(header, rows)}
+{before}
 """
 
 

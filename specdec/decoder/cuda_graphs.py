@@ -28,7 +28,10 @@ from specdec.decoder.regions import Regions
 # - keep SiLU(gate) * up in a buffer of its own. Otherwise inductor folds it into the down projection's
 #   reduction, which then recomputes it for every output row: 58 M sigmoids a layer on the 8B shape.
 #   A lower threshold of operations for such a broadcast input realizes it (8B step 5.35 -> 4.63 ms).
-INDUCTOR_OPTIONS = {"coordinate_descent_tuning": True, "realize_opcount_threshold": 8}
+# - give every intermediate a buffer of its own instead of writing it over a dead input, so that alike layers may
+#   compile to the same kernels: the 8B step took 4.49 ms instead of 4.87 in one call (docs/results.md, the
+#   section "Stable kernel choices: no in-place buffers", says how much of that two compiles differ anyway).
+INDUCTOR_OPTIONS = {"coordinate_descent_tuning": True, "realize_opcount_threshold": 8, "inplace_buffers": False}
 
 
 def compile_scope(compile: bool | str) -> str | None:
