@@ -1,4 +1,4 @@
-"""Issue 20: where the test suite's CPU goes, by process. Runs pytest (the Makefile's test line by default) while a
+"""Issue 20: where the test suite's CPU goes, by process. Runs pytest as `make test` runs it (its xdist line; extra pytest arguments after --) while a
 sampler reads every process's CPU time from /proc four times a second, then sums the Python processes by kind: the
 xdist workers (the tests that run in-process), notebook kernels, `specdec serve` and its engine process (spawned),
 the grader's kernels, the CLI and benchmark scripts the tests start. A process that lives less than a quarter of a

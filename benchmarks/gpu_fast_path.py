@@ -214,19 +214,36 @@ def summary(run: Run, shape: str, scope: str, starts: list[dict]) -> None:
 
 # --- docs/results.md: the section its results feed (benchmarks/report.py stitches the sections) ---------------
 
+def sglang_ms(shape: str) -> float | None:
+    """SGLang's batch-1 ms per output token on `shape`, measured in the call of that shape's rows
+    (benchmarks/gpu_fast_path_sglang.py decode)."""
+    from page import load
+
+    got = load(f"gpu_fast_path_sglang/sglang_{shape}.json") or {}
+    return next((v["tpot_s"] * 1e3 for v in got.get("tpot_512", {}).values()), None)
+
+
+def default_path(shape: str, run: str = "start 2 (step)") -> tuple[float, float, float]:
+    """The default path's ms per output token on `shape` (one run of the committed results), its floor and
+    SGLang's figure from the same call, for the sections that cite it."""
+    from page import load
+
+    data = load("gpu_fast_path.json")
+    tpot = next(e["tpot_ms"] for e in data["runs"] if e["shape"] == shape and e["variant"] == run)
+    return tpot, data["floor"][shape], sglang_ms(shape)
+
+
 def render() -> str:
     from page import load, provenance, table
 
     data = load("gpu_fast_path.json")
     if not data:
         return ""
-    sglang = {}  # shape -> SGLang's batch-1 ms per output token, same machine (benchmarks/gpu_fast_path_sglang.py)
-    for shape in data["floor"]:
-        got = load(f"gpu_fast_path_sglang/sglang_{shape}.json") or {}
-        sglang.update({shape: v["tpot_s"] * 1e3 for v in got.get("tpot_512", {}).values()})
+    sglang = {shape: ms for shape in data["floor"] if (ms := sglang_ms(shape)) is not None}
     header = ["shape", "run", "flags", "process s", "compile s", "ms to first token", "ms per output token", "x floor",
               "speed / SGLang's"]
-    rows = [[e["shape"], e["variant"], e["flags"], e.get("process_s", f"not run ({e['skipped']})" if "skipped" in e else None), e.get("compile_s"), e.get("ttft_ms"),
+    rows = [[e["shape"], e["variant"], e["flags"], e.get("process_s", f"not run ({e['skipped']})" if "skipped" in e else None),
+             e.get("compile_s"), e.get("ttft_ms"),
              e.get("tpot_ms"), e["tpot_ms"] / data["floor"][e["shape"]] if e.get("tpot_ms") and
              e["shape"] in data["floor"] else None,
              sglang[e["shape"]] / e["tpot_ms"] if e.get("tpot_ms") and e["shape"] in sglang else None]

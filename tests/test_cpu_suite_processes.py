@@ -1,5 +1,6 @@
 """benchmarks/cpu_suite_processes.py: its kinds and sums (the full run is the benchmark itself, not a test)."""
 
+import os
 import sys
 import threading
 from pathlib import Path
@@ -36,5 +37,4 @@ def test_the_sampler_sees_its_own_process():
     seen, stop = {}, threading.Event()
     stop.set()  # one pass, then stop
     csp.sample(seen, stop)
-    import os
     assert str(os.getpid()) in seen and seen[str(os.getpid())]["cpu"] > 0
