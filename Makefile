@@ -8,12 +8,15 @@ TORCH  ?= torch==2.13.0
 
 .PHONY: demo test test-quick test-full env labs jupyter clean
 
+# Python writes each module's bytecode the first time a process imports it, even where the machine's environment sets
+# PYTHONDONTWRITEBYTECODE (the course's machines do): else each of the suite's ~160 processes (servers, kernels, the
+# CLI) would compile torch and specdec again, about 1 s of CPU each. Only what is imported gets compiled: byte-compiling
+# the whole of .venv up front (compileall) cost 54 s of CPU at every clean set-up, pip's own byte-compiling more.
+export PYTHONDONTWRITEBYTECODE :=
+
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --no-compile "$(TORCH)" -e ".[dev]"
-	@# pip byte-compiles one file at a time; compileall uses every core (about 16 s sooner on 2). torch's internal
-	@# test helpers are left out: one is Python 3.12 syntax, and nothing here imports them.
-	$(BIN)/python -m compileall -q -j 0 -x '/torch/testing/_internal/' $(VENV)/lib > /dev/null
 	touch $(STAMP)
 
 env: $(STAMP)
@@ -25,24 +28,16 @@ demo: $(STAMP)
 # (tests/conftest.py: its pytest_xdist_make_scheduler), and the slow tests are handed out first.
 XDIST  ?= -n 2 --dist loadgroup
 
-# The project's own modules byte-compiled first (only the changed ones: a second or so): this machine's
-# PYTHONDONTWRITEBYTECODE would otherwise have each of the suite's ~160 processes (servers, kernels, the CLI)
-# compile them again, about 0.2 s of CPU each.
-COMPILE_OWN := $(BIN)/python -m compileall -q -j 0 specdec benchmarks > /dev/null
-
 test: $(STAMP)
-	$(COMPILE_OWN)
 	MPLBACKEND=Agg $(BIN)/python -m pytest -q $(XDIST)
 
 # The notebooks' demonstrations at full size too (make test runs some lectures' timing cells smaller:
 # tests/notebook_tools.shrunk): the Lab 2 and Lab 3 lectures and the room test at full size.
 test-full: $(STAMP)
-	$(COMPILE_OWN)
 	SPECDEC_FULL_NOTEBOOKS=1 MPLBACKEND=Agg $(BIN)/python -m pytest -q $(XDIST)
 
 # The edit loop: everything but the tests marked slow (notebooks run and graded, servers started).
 test-quick: $(STAMP)
-	$(COMPILE_OWN)
 	MPLBACKEND=Agg $(BIN)/python -m pytest -q $(XDIST) -m "not slow"
 
 # Regenerate labs/ from solutions/ (never edit labs/ by hand).
