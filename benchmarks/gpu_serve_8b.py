@@ -197,14 +197,35 @@ def render() -> str:
 
 
 def render_adaptive() -> str:
-    """The adaptive policy measured again on today's server (two processes, compiled by layers): gpu_serve_8b_adaptive/."""
-    return serve_section("gpu_serve_8b_adaptive", "gpu_serve_8b_adaptive.log", "The adaptive policy on the "
-                         "two-process server, compiled by layers", """
+    """The adaptive policy measured again on today's server (two processes, compiled by layers), beside SGLang:
+    gpu_serve_8b_adaptive/ (an earlier call without SGLang: without_sglang/)."""
+    from page import load
+
+    before = load("gpu_serve_8b_adaptive/without_sglang/summary_ours.json")
+    earlier = ""
+    if before:
+        t = before["tok_s"]
+        earlier = (" (the log's second part;\nits first part, an earlier call of our three alone, is in `without_sglang/`: "
+                   "adaptive " + ", ".join(f"{t['ours_adaptive'][c] / t['ours_plain'][c]:.2f}x" for c in t["ours_plain"])
+                   + " plain at " + ", ".join(t["ours_plain"]) + ")")
+    section = serve_section("gpu_serve_8b_adaptive", "gpu_serve_8b_adaptive.log", "The adaptive policy on the "
+                            "two-process server, compiled by layers", f"""
 The section "`specdec serve` on an 8B-shaped model of random weights, beside SGLang, with a simulated acceptance"
 measured the policy on the server as it was then: one process, not compiled. Here the same three of
 our servers ran as `specdec serve` runs today (an engine process beside the HTTP one, `--compile on --compile-scope
-layers`), started together on a fresh machine, each then swept alone; SGLang was not in this call.
+layers`), started together with SGLang on a fresh machine, each then swept alone{earlier}.
 """)
+    now = load("gpu_serve_8b_adaptive/summary_ours.json")
+    if not (section and now):
+        return section
+    t = now["tok_s"]
+    below = [f"{t['ours_adaptive'][c] / t['ours_spec'][c]:.2f}x at {c}" for c in t["ours_plain"]
+             if t["ours_adaptive"][c] < t["ours_spec"][c]]
+    return section + (f"""
+Against the fixed k = {now["k"]} in the same call, the policy served {", ".join(below)}: at this acceptance drafting all k
+pays at every level measured, and the policy cost a little beside it; where (its choices, or its bookkeeping) was not
+looked into.
+""" if below else "")
 
 
 def serve_section(folder: str, log: str, heading: str, intro: str) -> str:
