@@ -90,7 +90,10 @@ def one_scope(shape: str, scope: str, new: int, prompt_text: str, smoke: bool, s
     again = engine.generate(prompts, new, 0.0)
     pr.disable()
     s = io.StringIO()
-    pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(25)
+    st = pstats.Stats(pr, stream=s)
+    st.sort_stats("tottime").print_stats(25)
+    # the profile covers the loop: Engine.step's calls (the top 25 by own time may leave it out, on a busy CPU)
+    step_calls = sum(nc for (f, _, fn), (_, nc, *_) in st.stats.items() if f.endswith("engine.py") and fn == "step")
     # the loop's graph: the widest span it captured (the prompt and every new token fit in it)
     loop_graph = spans[max(spans, key=lambda name: int(name.split("@")[1]))] if spans else None
     out = {"shape": shape, "scope": scope, "compiled": bool(compiled), "warm_s": round(warm_s, 1),
@@ -98,7 +101,7 @@ def one_scope(shape: str, scope: str, new: int, prompt_text: str, smoke: bool, s
            "tpot_ms": tpot * 1e3, "loop_ms_per_step": step_ms, "replay_ms": spans,
            "gap_ms": step_ms - loop_graph if loop_graph else None, "phases_ms_per_step": phases,
            "cprofile_loop_ms_per_step": (again.wall_s - engine.times["prefill"]) / again.steps * 1e3,
-           "cprofile_top": s.getvalue().splitlines()[:60]}
+           "cprofile_top": s.getvalue().splitlines()[:60], "cprofile_step_calls": step_calls}
     say_(f"{shape} {scope}: compiled {out['compiled']} (warm-up {warm_s:.0f} s), tpot {out['tpot_ms']:.3f} ms, loop "
          f"{step_ms:.3f} ms a step; replays " + ", ".join(f"{k} {v:.3f} ms" for k, v in spans.items())
          + f"; gap {'-' if out['gap_ms'] is None else format(out['gap_ms'], '.3f')} ms; phases "
