@@ -760,7 +760,6 @@ def render_stable() -> str:
     flex = next(e for e in load("gpu_profile/flex.json")["sections"]["compiled_kernels"] if e["shape"] == "8b")
     was = [t["us"] / t["calls"] for t in flex["top"] if "rms_norm" in t["name"]][:2]
     new, old = v[base + ", no in-place buffers"]["ms"], v[base]["ms"]
-    skipped = [e["variant"].removeprefix(base + ", ") for e in sec["compiled_kernels"] if "skipped" in e]
     from gpu_fast_path import default_path
 
     tpot8, floor8, sg8 = default_path("8b")
@@ -823,6 +822,8 @@ def _ms(xs: list[float]) -> str:
 def _stable_repeat(folder: str = "stable_repeat") -> dict:
     """A later call's two compiles of each option set (gpu_profile/<folder>/run1..4.json) and the new options' kernels:
     the gate/up pair, and the kernels under 2 µs a call (launches, µs a step)."""
+    from statistics import mean
+
     from page import load
 
     runs = [load(f"gpu_profile/{folder}/run{i}.json") for i in range(1, 5)]
@@ -832,7 +833,6 @@ def _stable_repeat(folder: str = "stable_repeat") -> dict:
     before, now = ms[base], ms[base + ", no in-place buffers"]
     kern = load(f"gpu_profile/{folder}/kernels.json")["sections"]["compiled_kernels"][0]
     small = [t for t in kern["top"] if t["us"] / t["calls"] < 2]
-    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
     return {"date": runs[0]["env"]["date"][:10], "device": runs[0]["env"]["device"], "before": before, "now": now,
             "spread": max(max(xs) / min(xs) - 1 for xs in (before, now)), "gain": 1 - mean(now) / mean(before),
             "kernels": kern["kernels_per_step"], "gate": [t for t in kern["top"] if "rms_norm" in t["name"]][:2],
