@@ -153,10 +153,13 @@ def test_a_top_p_too_small_for_float32_keeps_the_top_token(server, alone):
 ])
 def test_hostile_bodies_are_4xx_in_under_a_second(server, alone, name, body):
     url, scheduler = server
-    t0 = time.monotonic()
-    r = requests.post(f"{url}/generate", data=body, headers={"Content-Type": "application/json"}, timeout=30)
-    assert 400 <= r.status_code < 500 and r.json()["message"], (name, r.status_code, r.text[:200])
-    assert time.monotonic() - t0 < 1.0 or time.process_time() < 0  # wall-clock, but generous: a 4xx is instant
+    took = []
+    for _ in range(2):  # the faster of two: a slow parser is slow both times, a stall of a busy machine once
+        t0 = time.monotonic()
+        r = requests.post(f"{url}/generate", data=body, headers={"Content-Type": "application/json"}, timeout=30)
+        took.append(time.monotonic() - t0)
+        assert 400 <= r.status_code < 500 and r.json()["message"], (name, r.status_code, r.text[:200])
+    assert min(took) < 1.0, (name, took)  # wall clock, as a client waits: a 4xx is instant
     still_serves(url, scheduler, alone)
 
 
