@@ -117,19 +117,21 @@ class Swap:
     """Swap the readable paths back in (or a candidate) for the duration of a measurement."""
 
     def __init__(self, attention=None, linear=None, sdpa=False, cublas=False, sampling_path=False, cdt=False,
-                 inductor=None, decode_attention=None, kernel_attention=True):
+                 inductor=None, decode_attention=None, kernel_attention=True, rope_in_kernel=False):
         self.attention, self.linear, self.sdpa, self.cublas = attention, linear, sdpa, cublas
         self.sampling_path, self.cdt, self.inductor = sampling_path, cdt, inductor
         self.decode_attention = decode_attention
         # model.attention (or a candidate in its place) only runs where the Triton kernel is off
         self.kernel_attention = kernel_attention and decode_attention is None
+        self.rope_in_kernel = rope_in_kernel  # model.ROPE_IN_KERNEL: rope and the cache write inside the kernel
 
     def __enter__(self):
         import torch._inductor.config as ic
         self.saved = (F.scaled_dot_product_attention, F.linear, model_mod.DECODE_ROWS, model_mod.Linear.forward,
                       step_mod.Rows.sampling, ic.coordinate_descent_tuning, graphs_mod.INDUCTOR_OPTIONS,
-                      model_mod.attention, model_mod.KERNEL_ATTENTION)
+                      model_mod.attention, model_mod.KERNEL_ATTENTION, model_mod.ROPE_IN_KERNEL)
         model_mod.KERNEL_ATTENTION = self.kernel_attention
+        model_mod.ROPE_IN_KERNEL = self.rope_in_kernel
         graphs_mod.INDUCTOR_OPTIONS = {"coordinate_descent_tuning": self.cdt, **(self.inductor or {})}
         if self.decode_attention:
             model_mod.attention = self.decode_attention
@@ -149,7 +151,7 @@ class Swap:
         import torch._inductor.config as ic
         (F.scaled_dot_product_attention, F.linear, model_mod.DECODE_ROWS, model_mod.Linear.forward,
          step_mod.Rows.sampling, ic.coordinate_descent_tuning, graphs_mod.INDUCTOR_OPTIONS,
-         model_mod.attention, model_mod.KERNEL_ATTENTION) = self.saved
+         model_mod.attention, model_mod.KERNEL_ATTENTION, model_mod.ROPE_IN_KERNEL) = self.saved
         torch._dynamo.reset()
 
 
@@ -314,6 +316,16 @@ VARIANTS = {  # name: (Swap kwargs, compile (False, True: the whole step, or "la
     # the engine's options before in-place buffers were turned off, decode attention written out (as before the kernel)
     "compile+cdt, realize_opcount 8, written-out attention": ({"cdt": True, "inductor": {
         "realize_opcount_threshold": 8}, "kernel_attention": False}, True, 1),
+    # rope and the cache write folded into the decode attention kernel (model.ROPE_IN_KERNEL): three small kernels a
+    # layer fewer; against the engine's options (the two before them), a plain step and a verify step of k = 3
+    "graph, rope in the attention kernel": ({"rope_in_kernel": True}, False, 1),
+    "compile+cdt, realize_opcount 8, no in-place buffers, verify w=4": ({"cdt": True, "inductor": {
+        "realize_opcount_threshold": 8, "inplace_buffers": False}}, True, 4),
+    "compile+cdt, realize_opcount 8, no in-place buffers, rope in the attention kernel": ({"cdt": True, "inductor": {
+        "realize_opcount_threshold": 8, "inplace_buffers": False}, "rope_in_kernel": True}, True, 1),
+    "compile+cdt, realize_opcount 8, no in-place buffers, rope in the attention kernel, verify w=4": ({
+        "cdt": True, "inductor": {"realize_opcount_threshold": 8, "inplace_buffers": False}, "rope_in_kernel": True},
+        True, 4),
     # the same with FlexAttention in model.attention's place
     "compile+cdt, realize_opcount 8, flex attention": ({"cdt": True, "inductor": {
         "realize_opcount_threshold": 8}, "decode_attention": flex_attention_masked}, True, 1),

@@ -91,3 +91,90 @@ def test_graphs_decode_the_zoo_through_the_kernel_as_written_out(code_prompts, m
     written = {m: run(m) for m in ("ar", "mtp", "eagle")}
     assert fused == written
     assert fused["mtp"] == fused["ar"] == fused["eagle"]
+
+
+# -- rope and the cache write folded into the kernel (decode_attention.rope_append_attention, model.ROPE_IN_KERNEL) --
+ROPE_SHAPES = [  # B, T (new tokens), nh, nkv, D, S_max
+    (1, 1, 32, 8, 128, 1100),  # the 8B shape's decode step
+    (1, 4, 32, 8, 128, 1100),  # its verify step of k = 3
+    (3, 2, 8, 2, 64, 300),
+    (2, 5, 4, 4, 16, 200),  # no grouping, rows padded to 16
+]
+
+
+def rope_case(B, T, nh, nkv, D, s_max, device, dtype, seed=0):
+    """The kernel's arguments for one chain step (rows at different positions, a cache with old entries), and what
+    model.Attention's written-out steps give: (y, cache k, cache v) from each, y as [B, nkv, g*T, D]."""
+    from specdec.decoder.kv_cache import LayerCache
+
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    qkv = torch.randn(B, T, nh + 2 * nkv, D, generator=g).to(device, dtype)
+    qk, v = qkv.split([nh + nkv, nkv], dim=2)  # views, as the fused projection gives them
+    positions = (torch.randint(0, s_max // 2, (B, 1), generator=g) + torch.arange(T)).to(device)
+    inv = 1.0 / (10000 ** (torch.arange(0, D, 2, device=device).float() / D))
+    emb = torch.cat([positions.float().unsqueeze(-1) * inv] * 2, -1).unsqueeze(1)  # [B, 1, T, D]
+    cos, sin = emb.cos().to(dtype), emb.sin().to(dtype)
+    old_k, old_v = (torch.randn(B, nkv, s_max, D, generator=g).to(device, dtype) for _ in range(2))
+    n_slots = int(positions.max()) + 6  # a few slots past the last position, as KVCache.slots_read may give
+    x = qk.transpose(1, 2).float()
+    x = (x * cos.float() + model_mod.rotate_half(x) * sin.float()).to(dtype)  # rounded once, as compiled code does
+    q, k = x.split([nh, nkv], dim=1)
+    ref_cache = LayerCache(old_k.clone(), old_v.clone())
+    ref_cache.write(k, v.transpose(1, 2), positions)
+    K, V = ref_cache.read(n_slots)
+    mask = model_mod.attention_mask(positions, n_slots, nh // nkv)
+    ref = model_mod.attention(q.reshape(B, nkv, nh // nkv * T, D), K, V, mask)
+    ck, cv = old_k.clone(), old_v.clone()
+    got = kernel.rope_append_attention(qk, v, cos, sin, positions, ck, cv, n_slots, nh)
+    return (got, ck, cv), (ref, ref_cache.k, ref_cache.v)
+
+
+def check_rope_append(device: str) -> None:
+    """fp32: the cache written exactly as the written-out path writes it, the output equal within float rounding;
+    a kernel that scored a new key from the old cache slot (or skipped the write) fails both."""
+    for shape in ROPE_SHAPES:
+        (got, ck, cv), (ref, rk, rv) = rope_case(*shape, device=device, dtype=torch.float32)
+        assert torch.equal(ck, rk) and torch.equal(cv, rv), shape
+        torch.testing.assert_close(got, ref, atol=2e-5, rtol=1e-4, msg=str(shape))
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_rope_and_the_write_in_the_kernel_equal_the_written_out_steps():
+    check_rope_append("cuda")
+    for shape in ROPE_SHAPES:  # bf16: the cache within one rounding, the output as close as the kernel's own
+        (got, ck, cv), (ref, rk, rv) = rope_case(*shape, device="cuda", dtype=torch.bfloat16)
+        assert torch.equal(cv, rv) and (ck.float() - rk.float()).abs().max() <= 2 ** -6 * rk.float().abs().max()
+        torch.testing.assert_close(got.float(), ref.float(), atol=3e-2, rtol=3e-2, msg=str(shape))
+
+
+@pytest.mark.skipif(kernel.triton is None, reason="needs Triton (its interpreter runs the kernel on the CPU)")
+def test_rope_and_the_write_in_the_kernel_under_tritons_interpreter():
+    """The same check on the CPU, through Triton's interpreter (TRITON_INTERPRET=1, in a process of its own: the
+    variable is read when Triton is imported). Where Triton is installed without a GPU, this is the kernel's twin."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    code = "import test_decode_attention as t; t.check_rope_append('cpu'); print('ok')"
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent, env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_graphs_decode_the_zoo_with_rope_in_the_kernel_as_written_out(code_prompts, monkeypatch):
+    """ROPE_IN_KERNEL on: every proposer's greedy tokens under CUDA graphs equal the written-out attention's (fp32)."""
+    from specdec.zoo import load_bundle
+    from specdec.decoder.engine import Engine
+
+    bundle = load_bundle("tiny", device="cuda", dtype=torch.float32)
+    run = lambda m: Engine(bundle, m, k=3, cuda_graphs="on", min_span=16).generate(code_prompts, 32).tokens  # noqa: E731
+    monkeypatch.setattr(model_mod, "ROPE_IN_KERNEL", True)
+    folded = {m: run(m) for m in ("ar", "mtp", "eagle")}
+    monkeypatch.setattr(model_mod, "ROPE_IN_KERNEL", False)
+    monkeypatch.setattr(model_mod, "KERNEL_ATTENTION", False)
+    assert folded == {m: run(m) for m in ("ar", "mtp", "eagle")}

@@ -120,6 +120,10 @@ DECODE_ROWS = 64  # query rows (query heads per key/value head x new tokens) up 
 # On a GPU decode attention runs as decode_attention.py's Triton kernel (the same computation in two kernels
 # instead of three, reading only the slots some row sees); False: as written, as on the CPU.
 KERNEL_ATTENTION = True
+# On a GPU, with the kernel on: rope and the cache write folded into it too (decode_attention.rope_append_attention),
+# for a chain's step. Off until measured against the three small kernels it replaces (issue 21; gpu_profile.py's
+# "rope in the attention kernel" variants); on the CPU it changes nothing.
+ROPE_IN_KERNEL = False
 
 
 def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
@@ -173,11 +177,15 @@ class Attention(nn.Module):
         else:
             qk = torch.cat([self.q_proj(x).view(B, T, self.nh, self.d), self.k_proj(x).view(B, T, self.nkv, self.d)], 2)
             v = self.v_proj(x).view(B, T, self.nkv, self.d)
+        g = self.nh // self.nkv
+        if (ROPE_IN_KERNEL and KERNEL_ATTENTION and cache is not None and cache.slots is None and g * T <= DECODE_ROWS
+                and kernel.fits(qk.transpose(1, 2))):  # rope, the write and attention in one pass over the cache
+            y = kernel.rope_append_attention(qk, v, cos, sin, positions, cache.k, cache.v, mask.shape[-1], self.nh)
+            return self.o_proj(y.reshape(B, self.nh, T, self.d).transpose(1, 2).reshape(B, T, self.nh * self.d))
         qk = qk.transpose(1, 2)  # [B, nh + nkv, T, D]: rotate q and k together
         qk = qk * cos + rotate_half(qk) * sin
         q, k = qk.split([self.nh, self.nkv], dim=1)  # [B, nh, T, D], [B, nkv, T, D]
         v = v.transpose(1, 2)
-        g = self.nh // self.nkv
         if cache is None:  # training / full recompute: plain causal attention
             if g > 1:
                 k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
