@@ -31,19 +31,20 @@ def test_every_swap_is_put_back():
 
     saved = (model_mod.DECODE_ROWS, model_mod.Linear.forward, Rows.sampling, dict(graphs_mod.INDUCTOR_OPTIONS),
              torch.nn.functional.linear, inductor_config.coordinate_descent_tuning, model_mod.KERNEL_ATTENTION,
-             model_mod.ROPE_IN_KERNEL)
+             model_mod.ROPE_IN_KERNEL, model_mod.RMSNorm.forward)
     with gpu_profile.Swap(sdpa=True, cublas=True, sampling_path=True, cdt=True, linear=lambda *a: None,
-                          inductor={"realize_opcount_threshold": 8}, kernel_attention=False, rope_in_kernel=True):
+                          inductor={"realize_opcount_threshold": 8}, kernel_attention=False, rope_in_kernel=True,
+                          norm_apart=True):
         assert model_mod.DECODE_ROWS == 0 and model_mod.Linear.forward is torch.nn.Linear.forward
         assert not model_mod.KERNEL_ATTENTION  # the written-out attention, even on a GPU
-        assert model_mod.ROPE_IN_KERNEL
+        assert model_mod.ROPE_IN_KERNEL and model_mod.RMSNorm.forward is gpu_profile.norm_apart_forward
         assert graphs_mod.INDUCTOR_OPTIONS == {"coordinate_descent_tuning": True, "realize_opcount_threshold": 8}
         rows = Rows.empty(KVCache(1, 2, 1, 4, 8), 8, 1)
         rows.sampling = False
         assert rows.sampling  # the sampling path, whatever the engine sets
     assert saved == (model_mod.DECODE_ROWS, model_mod.Linear.forward, Rows.sampling, graphs_mod.INDUCTOR_OPTIONS,
                      torch.nn.functional.linear, inductor_config.coordinate_descent_tuning, model_mod.KERNEL_ATTENTION,
-                     model_mod.ROPE_IN_KERNEL)
+                     model_mod.ROPE_IN_KERNEL, model_mod.RMSNorm.forward)
 
 
 def test_an_unknown_part_or_a_compiled_variant_that_is_not_a_plain_step_is_refused(tmp_path):
@@ -90,3 +91,22 @@ def test_the_flex_variant_decodes_as_the_written_out_attention(tiny_bundle):
         flexed = run()
     assert model_mod.attention is not gpu_profile.flex_attention_masked
     assert flexed.tokens == plain.tokens and len(plain.tokens[0]) == 24
+
+
+def test_a_norm_kept_apart_computes_the_norm_and_stays_one_op_when_compiled():
+    """The "norms apart" variants' RMSNorm: the same numbers as model.RMSNorm, and under torch.compile an op of its own
+    in the traced graph (not decomposed into the multiplies inductor would fuse into the next matmul)."""
+    torch.manual_seed(0)
+    norm = model_mod.RMSNorm(64, 1e-5)
+    norm.weight.data.uniform_(0.5, 1.5)
+    x = torch.randn(2, 3, 64)
+    torch.testing.assert_close(gpu_profile.norm_apart_forward(norm, x), norm(x), rtol=0, atol=0)
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm.forward
+
+    torch.compile(lambda t: gpu_profile.norm_apart_forward(norm, t) @ torch.ones(64, 8), backend=backend)(x)
+    torch._dynamo.reset()
+    assert any("specdec_bench.rms_norm" in t for t in seen) and not any("rms_norm.default" in t and "aten" in t for t in seen), seen
