@@ -7,6 +7,10 @@ keys and values once, keeps a running max and sum per query row (the online soft
 and values of slots no row may see (past the live prefix); a second small kernel combines the splits.
 Shapes as model.attention's: q [B, h, R, D] (R = query rows: a group's heads x new tokens), k, v [B, h, S, D],
 mask [B, 1, R, S] bool -> [B, h, R, D].
+
+rope_append_attention does more of model.Attention in the same two kernels, for a chain's step: it takes the
+projections before rope and the layer's cache, rotates the new queries and keys, writes the new keys and values
+into the cache and attends with each row's positions in place of the mask (model.ROPE_IN_KERNEL; off until measured).
 """
 
 from __future__ import annotations
