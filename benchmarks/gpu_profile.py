@@ -16,7 +16,13 @@ For the Llama-3.2-1B and Llama-3.1-8B shapes (random bf16 weights, 512 tokens of
 Results go to one JSON and a log beside it, rewritten after each measurement (an error is recorded
 and the rest go on).
 
+--fresh-repeat N  the part "variants" as a comparison of compiles: each variant compiled N times, interleaved
+             (A B A B), each in a process of its own with empty inductor and Triton caches; one JSON of every
+             run (two compiles of the same options differ by up to 3% on the 8B shape, 15% on the 1B)
+
 usage: PYTHONPATH=. python3 benchmarks/gpu_profile.py --out $OUT/profile.json [--budget-s 520]
+       PYTHONPATH=. python3 benchmarks/gpu_profile.py --out $OUT/repeat.json --fresh-repeat 2 --shapes 8b
+                        --variants 'compile+cdt, realize_opcount 8, no in-place buffers;...'
 """
 
 from __future__ import annotations
@@ -24,8 +30,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import shutil
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -449,6 +458,8 @@ def main(argv=None) -> int:
     p.add_argument("--variants", default=";".join(VARIANTS), help="names of VARIANTS, separated by ';'")
     p.add_argument("--compiled-variants", default="compile+cdt",
                    help="the compiled plain-step VARIANTS whose kernels the part 'compiled' lists, separated by ';'")
+    p.add_argument("--fresh-repeat", type=int, default=0, metavar="N",
+                   help="compile each of --variants N times, interleaved, each in a fresh process with empty caches")
     args = p.parse_args(argv)
     variants = [v.strip() for v in args.variants.split(";")]
     compiled_variants = [v.strip() for v in args.compiled_variants.split(";")]
@@ -458,6 +469,10 @@ def main(argv=None) -> int:
         p.error(f"--compiled-variants takes compiled plain steps; {not_plain[0]!r} is not one")
     if unknown_parts := set(args.parts.split(",")) - set(PARTS):
         p.error(f"unknown part {sorted(unknown_parts)[0]!r}; choose from {', '.join(PARTS)}")
+    if args.fresh_repeat < 0:
+        p.error("--fresh-repeat takes a number of compiles >= 1")
+    if args.fresh_repeat:
+        return fresh_repeat(variants, args.shapes, args.fresh_repeat, Path(args.out), args.budget_s)
     torch.set_grad_enabled(False)
     torch._dynamo.config.recompile_limit = 256
     plan = Plan()
@@ -501,6 +516,36 @@ def main(argv=None) -> int:
                             lambda: compiled_kernels(m, plan, name), need_s=80 if shape == "8b" else 50)
             del m
     run.save()
+    return 0
+
+
+def fresh_repeat(variants: list[str], shapes: str, n: int, out: Path, budget_s: float, run=subprocess.run) -> int:
+    """Each variant compiled n times, interleaved, each run `gpu_profile.py --parts variants` in a process of its own
+    whose inductor and Triton caches start empty (a compile that found the last one's kernels would not be a second
+    compile); every run's variant entries gathered into `out` ({"runs": [...]}), the children's own files removed."""
+    deadline = time.time() + budget_s
+    runs, order = [], [(i, v) for i in range(1, n + 1) for v in variants]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for k, (i, name) in enumerate(order):
+        left = deadline - time.time()
+        share = left / (len(order) - k)  # what is left, shared among the runs still to go
+        child = out.with_name(f"{out.stem}.run{k + 1}.json")
+        with tempfile.TemporaryDirectory(prefix="gpu_profile_caches_") as caches:
+            env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": f"{caches}/inductor", "TRITON_CACHE_DIR": f"{caches}/triton"}
+            print(f"== compile {i} of {n}, fresh caches, {share:.0f} s: {name}", flush=True)
+            proc = run([sys.executable, str(Path(__file__).resolve()), "--out", str(child), "--budget-s", f"{share:.0f}",
+                        "--shapes", shapes, "--parts", "variants", "--variants", name], env=env)
+        doc = json.loads(child.read_text()) if child.is_file() else {}
+        runs += [{"compile": i, "exit": proc.returncode, "env": doc.get("env"), **e}
+                 for e in doc.get("sections", {}).get("variants", [])] or [{"compile": i, "variant": name,
+                                                                            "exit": proc.returncode, "error": "no result"}]
+        for f in (child, child.with_suffix(".log")):
+            f.unlink(missing_ok=True)
+        out.write_text(json.dumps({"fresh_repeat": n, "shapes": shapes, "runs": runs}, indent=2, default=str))
+    for name in variants:
+        ms = [r["ms"] for r in runs if r.get("variant") == name and "ms" in r]
+        print(f"{name}: " + ", ".join(f"{x:.3f}" for x in ms) + " ms" + (f" (spread {max(ms) / min(ms) - 1:.1%})"
+                                                                          if len(ms) > 1 else ""), flush=True)
     return 0
 
 

@@ -1,6 +1,7 @@
 """benchmarks/gpu_profile.py runs only on a GPU; on the CPU, what can rot without one: its arguments are
 checked before any work, and each candidate it swaps in is put back afterwards."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -110,3 +111,30 @@ def test_a_norm_kept_apart_computes_the_norm_and_stays_one_op_when_compiled():
     torch.compile(lambda t: gpu_profile.norm_apart_forward(norm, t) @ torch.ones(64, 8), backend=backend)(x)
     torch._dynamo.reset()
     assert any("specdec_bench.rms_norm" in t for t in seen) and not any("rms_norm.default" in t and "aten" in t for t in seen), seen
+
+
+def test_a_fresh_repeat_runs_each_compile_in_its_own_process_with_empty_caches(tmp_path, capsys):
+    """--fresh-repeat's loop on the CPU, its child processes played by a stand-in: interleaved A B A B, each with its
+    own empty cache folders, every run's entries gathered into one JSON and the children's files removed."""
+    calls = []
+
+    def fake_run(cmd, env):
+        calls.append((cmd, env["TORCHINDUCTOR_CACHE_DIR"], env["TRITON_CACHE_DIR"]))
+        assert not any(Path(env["TORCHINDUCTOR_CACHE_DIR"]).parent.iterdir())  # nothing cached before it
+        out = Path(cmd[cmd.index("--out") + 1])
+        name = cmd[cmd.index("--variants") + 1]
+        ms = 4.5 + len(calls) / 100
+        out.write_text(json.dumps({"env": {"device": "stand-in"}, "sections": {"variants": [
+            {"shape": "8b", "variant": name, "ms": ms}]}}))
+        out.with_suffix(".log").write_text("log\n")
+        return subprocess.CompletedProcess(cmd, 0)
+
+    out = tmp_path / "repeat.json"
+    assert gpu_profile.fresh_repeat(["A", "B"], "8b", 2, out, 100.0, run=fake_run) == 0
+    assert [c[0][c[0].index("--variants") + 1] for c in calls] == ["A", "B", "A", "B"]
+    assert len({c[1] for c in calls}) == 4 and len({c[2] for c in calls}) == 4  # a fresh cache for each compile
+    assert all("--parts" in c[0] and c[0][c[0].index("--parts") + 1] == "variants" for c in calls)
+    doc = json.loads(out.read_text())
+    assert [(r["compile"], r["variant"]) for r in doc["runs"]] == [(1, "A"), (1, "B"), (2, "A"), (2, "B")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["repeat.json"]
+    assert "A: 4.510, 4.530 ms (spread 0.4%)" in capsys.readouterr().out
