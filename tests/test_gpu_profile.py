@@ -20,11 +20,18 @@ from specdec.decoder.kv_cache import KVCache  # noqa: E402
 from specdec.decoder.step import Rows  # noqa: E402
 
 
-def test_an_unknown_variant_is_refused_before_any_work(tmp_path):
-    proc = subprocess.run([sys.executable, str(BENCH / "gpu_profile.py"), "--out", str(tmp_path / "p.json"),
-                           "--variants", "compile+cdt; realize_opcount 8"], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and "unknown variant 'realize_opcount 8'" in proc.stderr
+def test_an_unknown_variant_is_refused_before_any_work(tmp_path, capsys):
+    code, err = refused(["--out", str(tmp_path / "p.json"), "--variants", "compile+cdt; realize_opcount 8"], capsys)
+    assert code == 2 and "unknown variant 'realize_opcount 8'" in err
     assert not list(tmp_path.iterdir())
+
+
+def refused(argv: list[str], capsys) -> tuple[int, str]:
+    """gpu_profile's main(argv) in this process (on a CPU it would fail at the first CUDA call if it got that far):
+    (exit status, stderr)."""
+    with pytest.raises(SystemExit) as stop:
+        gpu_profile.main(argv)
+    return stop.value.code, capsys.readouterr().err
 
 
 def test_every_swap_is_put_back():
@@ -48,12 +55,12 @@ def test_every_swap_is_put_back():
                      model_mod.ROPE_IN_KERNEL, model_mod.RMSNorm.forward)
 
 
-def test_an_unknown_part_or_a_compiled_variant_that_is_not_a_plain_step_is_refused(tmp_path):
+def test_an_unknown_part_or_a_compiled_variant_that_is_not_a_plain_step_is_refused(tmp_path, capsys):
     for extra, said in ((["--parts", "host,hosts"], "unknown part 'hosts'"),
-                        (["--parts", "compiled", "--compiled-variants", "graph"], "'graph' is not one")):
-        proc = subprocess.run([sys.executable, str(BENCH / "gpu_profile.py"), "--out", str(tmp_path / "p.json"), *extra],
-                              capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 2 and said in proc.stderr, proc.stderr
+                        (["--parts", "compiled", "--compiled-variants", "graph"], "'graph' is not one"),
+                        (["--fresh-repeat", "-1"], "--fresh-repeat takes a number of compiles >= 1")):
+        code, err = refused(["--out", str(tmp_path / "p.json"), *extra], capsys)
+        assert code == 2 and said in err, err
     assert not list(tmp_path.iterdir())
 
 
