@@ -130,11 +130,13 @@ def rope_case(B, T, nh, nkv, D, s_max, device, dtype, seed=0):
 
 
 def check_rope_append(device: str) -> None:
-    """fp32: the cache written exactly as the written-out path writes it, the output equal within float rounding;
-    a kernel that scored a new key from the old cache slot (or skipped the write) fails both."""
+    """fp32: the values copied into the cache exactly, the rotated keys within a rounding (a GPU may fuse the rotation's
+    multiply and add), the output equal within float rounding; a kernel that scored a new key from the old cache slot
+    (or skipped the write) fails."""
     for shape in ROPE_SHAPES:
         (got, ck, cv), (ref, rk, rv) = rope_case(*shape, device=device, dtype=torch.float32)
-        assert torch.equal(ck, rk) and torch.equal(cv, rv), shape
+        assert torch.equal(cv, rv), shape
+        torch.testing.assert_close(ck, rk, atol=1e-6, rtol=1e-6, msg=str(shape))
         torch.testing.assert_close(got, ref, atol=2e-5, rtol=1e-4, msg=str(shape))
 
 
