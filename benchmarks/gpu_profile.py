@@ -322,6 +322,8 @@ def matmul_bench(model, bw: float) -> dict:
 
 
 PARTS = ("kernels", "attention", "matmul", "variants", "compiled", "host")
+# the engine's inductor options since in-place buffers were turned off (cuda_graphs.INDUCTOR_OPTIONS), as Swap kwargs
+NO_INPLACE = {"cdt": True, "inductor": {"realize_opcount_threshold": 8, "inplace_buffers": False}}
 VARIANTS = {  # name: (Swap kwargs, compile (False, True: the whole step, or "layers"), width)
     "graph": ({}, False, 1),
     "graph, as before (sdpa, sampling path)": ({"sdpa": True, "sampling_path": True}, False, 1),
@@ -341,27 +343,22 @@ VARIANTS = {  # name: (Swap kwargs, compile (False, True: the whole step, or "la
     # one layer's kernels; without in-place buffers, the step's layers may compile to the same kernel source.
     "compile+cdt, realize_opcount 8, by layers": ({"cdt": True, "inductor": {"realize_opcount_threshold": 8}},
                                                   "layers", 1),
-    "compile+cdt, realize_opcount 8, no in-place buffers": ({"cdt": True, "inductor": {
-        "realize_opcount_threshold": 8, "inplace_buffers": False}}, True, 1),
+    "compile+cdt, realize_opcount 8, no in-place buffers": (NO_INPLACE, True, 1),
     # the engine's options before in-place buffers were turned off, decode attention written out (as before the kernel)
     "compile+cdt, realize_opcount 8, written-out attention": ({"cdt": True, "inductor": {
         "realize_opcount_threshold": 8}, "kernel_attention": False}, True, 1),
     # rope and the cache write folded into the decode attention kernel (model.ROPE_IN_KERNEL): three small kernels a
     # layer fewer; against the engine's options (the two before them), a plain step and a verify step of k = 3
     "graph, rope in the attention kernel": ({"rope_in_kernel": True}, False, 1),
-    "compile+cdt, realize_opcount 8, no in-place buffers, verify w=4": ({"cdt": True, "inductor": {
-        "realize_opcount_threshold": 8, "inplace_buffers": False}}, True, 4),
-    "compile+cdt, realize_opcount 8, no in-place buffers, rope in the attention kernel": ({"cdt": True, "inductor": {
-        "realize_opcount_threshold": 8, "inplace_buffers": False}, "rope_in_kernel": True}, True, 1),
-    "compile+cdt, realize_opcount 8, no in-place buffers, rope in the attention kernel, verify w=4": ({
-        "cdt": True, "inductor": {"realize_opcount_threshold": 8, "inplace_buffers": False}, "rope_in_kernel": True},
-        True, 4),
+    "compile+cdt, realize_opcount 8, no in-place buffers, verify w=4": (NO_INPLACE, True, 4),
+    "compile+cdt, realize_opcount 8, no in-place buffers, rope in the attention kernel": (
+        {**NO_INPLACE, "rope_in_kernel": True}, True, 1),
+    "compile+cdt, realize_opcount 8, no in-place buffers, rope in the attention kernel, verify w=4": (
+        {**NO_INPLACE, "rope_in_kernel": True}, True, 4),
     # every RMSNorm a kernel of its own instead of fused into the matmul after it; and with rope in the kernel too
-    "compile+cdt, realize_opcount 8, no in-place buffers, norms apart": ({"cdt": True, "inductor": {
-        "realize_opcount_threshold": 8, "inplace_buffers": False}, "norm_apart": True}, True, 1),
-    "compile+cdt, realize_opcount 8, no in-place buffers, norms apart, rope in the attention kernel": ({
-        "cdt": True, "inductor": {"realize_opcount_threshold": 8, "inplace_buffers": False}, "norm_apart": True,
-        "rope_in_kernel": True}, True, 1),
+    "compile+cdt, realize_opcount 8, no in-place buffers, norms apart": ({**NO_INPLACE, "norm_apart": True}, True, 1),
+    "compile+cdt, realize_opcount 8, no in-place buffers, norms apart, rope in the attention kernel": (
+        {**NO_INPLACE, "norm_apart": True, "rope_in_kernel": True}, True, 1),
     # the same with FlexAttention in model.attention's place
     "compile+cdt, realize_opcount 8, flex attention": ({"cdt": True, "inductor": {
         "realize_opcount_threshold": 8}, "decode_attention": flex_attention_masked}, True, 1),

@@ -2,6 +2,11 @@
 twin: model.attention itself against SDPA (tests/test_fast_paths.py); on a CPU the model never
 dispatches to the kernel (below), so every CPU decode test runs the reference."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -79,17 +84,22 @@ def test_the_kernel_computes_the_written_out_attention():
 @needs_gpu
 @pytest.mark.gpu
 def test_graphs_decode_the_zoo_through_the_kernel_as_written_out(code_prompts, monkeypatch):
-    """The zoo in fp32 on the GPU under CUDA graphs: every proposer's greedy tokens through the kernel equal the same
-    engine's with the written-out attention, and plain decoding's."""
+    """The zoo in fp32 on the GPU under CUDA graphs: every proposer's greedy tokens through the kernel, and through it
+    with rope and the cache write folded in (ROPE_IN_KERNEL), equal the same engine's with the written-out attention,
+    and plain decoding's."""
     from specdec.zoo import load_bundle
     from specdec.decoder.engine import Engine
 
     bundle = load_bundle("tiny", device="cuda", dtype=torch.float32)
     run = lambda m: Engine(bundle, m, k=3, cuda_graphs="on", min_span=16).generate(code_prompts, 32).tokens  # noqa: E731
     fused = {m: run(m) for m in ("ar", "mtp", "eagle")}
+    monkeypatch.setattr(model_mod, "ROPE_IN_KERNEL", True)
+    folded = {m: run(m) for m in ("ar", "mtp", "eagle")}
+    monkeypatch.setattr(model_mod, "ROPE_IN_KERNEL", False)
     monkeypatch.setattr(model_mod, "KERNEL_ATTENTION", False)
     written = {m: run(m) for m in ("ar", "mtp", "eagle")}
     assert fused == written
+    assert folded == written
     assert fused["mtp"] == fused["ar"] == fused["eagle"]
 
 
@@ -154,29 +164,8 @@ def test_rope_and_the_write_in_the_kernel_equal_the_written_out_steps():
 def test_rope_and_the_write_in_the_kernel_under_tritons_interpreter():
     """The same check on the CPU, through Triton's interpreter (TRITON_INTERPRET=1, in a process of its own: the
     variable is read when Triton is imported). Where Triton is installed without a GPU, this is the kernel's twin."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     code = "import test_decode_attention as t; t.check_rope_append('cpu'); print('ok')"
     out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent, env=env, capture_output=True,
                          text=True, timeout=600)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
-
-
-@needs_gpu
-@pytest.mark.gpu
-def test_graphs_decode_the_zoo_with_rope_in_the_kernel_as_written_out(code_prompts, monkeypatch):
-    """ROPE_IN_KERNEL on: every proposer's greedy tokens under CUDA graphs equal the written-out attention's (fp32)."""
-    from specdec.zoo import load_bundle
-    from specdec.decoder.engine import Engine
-
-    bundle = load_bundle("tiny", device="cuda", dtype=torch.float32)
-    run = lambda m: Engine(bundle, m, k=3, cuda_graphs="on", min_span=16).generate(code_prompts, 32).tokens  # noqa: E731
-    monkeypatch.setattr(model_mod, "ROPE_IN_KERNEL", True)
-    folded = {m: run(m) for m in ("ar", "mtp", "eagle")}
-    monkeypatch.setattr(model_mod, "ROPE_IN_KERNEL", False)
-    monkeypatch.setattr(model_mod, "KERNEL_ATTENTION", False)
-    assert folded == {m: run(m) for m in ("ar", "mtp", "eagle")}

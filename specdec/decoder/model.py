@@ -179,7 +179,7 @@ class Attention(nn.Module):
             v = self.v_proj(x).view(B, T, self.nkv, self.d)
         g = self.nh // self.nkv
         if (ROPE_IN_KERNEL and KERNEL_ATTENTION and cache is not None and cache.slots is None and g * T <= DECODE_ROWS
-                and kernel.fits(qk.transpose(1, 2))):  # rope, the write and attention in one pass over the cache
+                and kernel.fits(qk)):  # rope, the write and attention in one pass over the cache (qk: [B, T, heads, D])
             y = kernel.rope_append_attention(qk, v, cos, sin, positions, cache.k, cache.v, mask.shape[-1], self.nh)
             return self.o_proj(y.reshape(B, self.nh, T, self.d).transpose(1, 2).reshape(B, T, self.nh * self.d))
         qk = qk.transpose(1, 2)  # [B, nh + nkv, T, D]: rotate q and k together
