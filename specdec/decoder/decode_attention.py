@@ -10,7 +10,7 @@ mask [B, 1, R, S] bool -> [B, h, R, D].
 
 rope_append_attention does more of model.Attention in the same two kernels, for a chain's step: it takes the
 projections before rope and the layer's cache, rotates the new queries and keys, writes the new keys and values
-into the cache and attends with each row's positions in place of the mask (model.ROPE_IN_KERNEL; off until measured).
+into the cache and attends with each row's positions in place of the mask (model.ROPE_IN_KERNEL).
 """
 
 from __future__ import annotations
