@@ -24,6 +24,42 @@ def test_the_cpu_runs_the_written_out_attention():
     assert model_mod.KERNEL_ATTENTION  # on by default: the GPU's graphs and compiled steps use it
 
 
+
+def test_only_a_chain_step_over_the_static_cache_takes_the_folded_kernel(monkeypatch):
+    """The dispatch to rope_append_attention, on the CPU with the kernel pretended present: a chain's step over a
+    LayerCache takes it; a tree view (write slots) and the zoo training's DepthKV (appended keys, autograd) keep the
+    written-out steps, whose output is model.attention's (a miss here once broke the MTP layer's training)."""
+    from specdec.decoder.kv_cache import LayerCache
+    from specdec.zoo.train import DepthKV
+
+    calls = []
+    monkeypatch.setattr(model_mod, "ROPE_IN_KERNEL", True)
+    monkeypatch.setattr(kernel, "fits", lambda q: True)
+    monkeypatch.setattr(kernel, "decode_attention", model_mod.attention)  # the kernel's reference in its place
+
+    def folded(qk, v, cos, sin, positions, k_cache, v_cache, n_slots, nh):
+        calls.append(n_slots)
+        return torch.zeros(qk.shape[0], nh, qk.shape[1], qk.shape[-1])  # [B, nh, T, D]
+    monkeypatch.setattr(kernel, "rope_append_attention", folded)
+    cfg = model_mod.ModelConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=2)
+    att = model_mod.Attention(cfg).eval()
+    B, T, S, D = 2, 3, 16, cfg.head_dim
+    x, positions = torch.randn(B, T, 64), torch.arange(T).repeat(B, 1) + 4
+    cos, sin = torch.ones(B, 1, T, D), torch.zeros(B, 1, T, D)
+    mask = model_mod.attention_mask(positions, S, 2)
+    fresh = lambda **kw: LayerCache(torch.zeros(B, 2, S, D), torch.zeros(B, 2, S, D), **kw)  # noqa: E731
+    with torch.no_grad():
+        att(x, cos, sin, fresh(), positions, mask)
+        assert calls == [S]
+        tree = fresh(slots=positions + 5)
+        y_tree = att(x, cos, sin, tree, positions, model_mod.attention_mask(positions + 5, S, 2))
+        depth = DepthKV()
+        y_depth = att(x, cos, sin, depth, positions, torch.ones(1, 1, 2 * T, T, dtype=torch.bool))
+    assert calls == [S], "a tree view or DepthKV reached the folded kernel"
+    assert depth.k.shape == (B, 2, T, D) and tree.k[:, :, 9:12].abs().sum() > 0
+    assert y_tree.shape == y_depth.shape == (B, T, 64)
+
+
 def case(B, nkv, R, S, D, kind, dtype, device="cuda", seed=0):
     """q [B, nkv, R, D], k, v [B, nkv, S, D] as the cache's views (a longer cache cut to S slots) and a mask
     [B, 1, R, S]: 'causal' (each row's own live prefix, ending anywhere in a tile), 'tree' (random visible slots,
