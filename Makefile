@@ -36,7 +36,8 @@ test: $(STAMP)
 test-full: $(STAMP)
 	SPECDEC_FULL_NOTEBOOKS=1 MPLBACKEND=Agg $(BIN)/python -m pytest -q $(XDIST)
 
-# The edit loop: everything but the tests marked slow (notebooks run and graded, servers started).
+# The edit loop: everything but the tests marked slow (notebooks run and graded, server processes started, the
+# later cases of a matrix: tests/quick.py); `make test` runs those too.
 test-quick: $(STAMP)
 	MPLBACKEND=Agg $(BIN)/python -m pytest -q $(XDIST) -m "not slow"
 

@@ -108,6 +108,7 @@ SLOW_MODULES = {
     "test_grading", "test_grading_attacks", "test_grading_hostile", "test_grading_load",
     "test_room", "test_launch_signals", "test_launch_gpu_script", "test_gpu_floor", "test_tour",
     "test_decode_cli",  # every test a `specdec decode` process of its own
+    "test_serve_two_process",  # `specdec serve` and its engine process, started for the module
 }
 # ... and single tests of other modules that take more than about 10 s on a 2-core machine, start a server
 # process of their own (3 to 5 s each: it imports torch and loads the zoo) or run a benchmark script
