@@ -1,6 +1,7 @@
 """The fast path is the path users run: what `specdec decode` and `specdec serve` load (fused projections)."""
 
 import argparse
+import sys
 
 import pytest
 import torch
@@ -330,3 +331,54 @@ def test_a_reloaded_kernel_keeps_the_config_an_earlier_start_tuned(monkeypatch, 
                             inductor_meta={"coordinate_descent_tuning": True}, fn=None)
     th.CachingAutotuner.recheck_autotune_cache(never, reload)  # never tuned: left for run() to tune
     assert never.compile_results[0].config is heuristic
+
+
+def test_pinned_tile_sizes_reach_torchs_autotune_cache_in_another_folder(tmp_path, monkeypatch):
+    """A tuning torch saved in one compile cache, collected (compile_cache.collect_tuned), pinned for a GPU kind and
+    installed into a fresh folder by use_cache, is what torch's own autotune cache reads there for a kernel of the
+    same source: the fresh compile takes the pinned tile sizes instead of tuning. (CPU: a stand-in for Triton's
+    Config; torch's cache code is the real one.)"""
+    import json
+    from types import SimpleNamespace
+
+    from torch._inductor.runtime.autotune_cache import AutotuneCache
+
+    from specdec.decoder import compile_cache, cuda_graphs
+
+    def config(block):
+        return SimpleNamespace(kwargs={"XBLOCK": block, "R0_BLOCK": 128}, num_warps=4, num_stages=1)
+
+    candidates = [config(32), config(64), config(128)]
+    meta = {"autotune_local_cache": True, "coordinate_descent_tuning": False}
+    kernel = "xy/cxyz0123.py"  # a kernel's source file, by path inside the cache (its name hashes its source)
+
+    def cache_for(folder):
+        (folder / "xy").mkdir(parents=True, exist_ok=True)
+        return AutotuneCache.create(meta, str(folder / kernel), "candidates-hash")
+
+    cache_for(tmp_path / "first").save(candidates[1], 5_000_000_000)  # the first compile tuned XBLOCK 64
+    tuned = compile_cache.collect_tuned(tmp_path / "first")
+    assert len(tuned) == 1 and next(iter(tuned.values()))["XBLOCK"] == 64
+    assert "time_taken_ms" not in next(iter(tuned.values()))
+    assert cache_for(tmp_path / "fresh").read_best(meta, candidates) is None  # a fresh folder: torch would tune
+
+    gpu, triton_version = "NVIDIA H200", "3.6.0"
+    pins = tmp_path / "tuned"
+    pins.mkdir()
+    (pins / compile_cache.tuned_name(gpu, torch.__version__, triton_version)).write_text(
+        json.dumps({"configs": tuned}))
+    monkeypatch.setattr(compile_cache, "TUNED_DIR", pins)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: gpu)
+    monkeypatch.setitem(sys.modules, "triton", SimpleNamespace(__version__=triton_version))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))  # use_cache sets it; restored after
+    cuda_graphs.use_cache(tmp_path / "fresh")
+    assert cache_for(tmp_path / "fresh").read_best(meta, candidates) is candidates[1]
+    assert compile_cache.install_tuned(tmp_path / "fresh", tuned) == 0  # already in place: nothing written
+
+    monkeypatch.setenv(compile_cache.TUNED_ENV, "off")  # to measure without them, or to pin new ones
+    assert compile_cache.pinned_tuned(gpu, torch.__version__, triton_version) == {}
+    monkeypatch.delenv(compile_cache.TUNED_ENV)
+    assert compile_cache.pinned_tuned("NVIDIA H100 80GB HBM3", torch.__version__, triton_version) == {}  # another kind
+    with pytest.raises(ValueError, match="not a path inside"):
+        compile_cache.install_tuned(tmp_path / "fresh", {"../../etc/x.best_config": {}})

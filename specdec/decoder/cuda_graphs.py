@@ -19,6 +19,7 @@ from typing import Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
+from specdec.decoder import compile_cache
 from specdec.decoder.params import DEFAULT_SCOPE, SCOPES
 from specdec.decoder.regions import Regions
 
@@ -46,13 +47,22 @@ def compile_scope(compile: bool | str) -> str | None:
 
 def use_cache(directory: Path) -> Path:
     """Point inductor's on-disk caches (FX graphs, Triton kernels, autotuning) at `directory`, created if
-    need be (compile_cache.py names it). Call it before the first compile of the process."""
+    need be (compile_cache.py names it), with the tile sizes pinned for this GPU kind written into it
+    (compile_cache.pinned_tuned). Call it before the first compile of the process."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(directory)
     torch._inductor.config.fx_graph_cache = True
     torch._inductor.config.autotune_local_cache = True
     keep_tuned_configs()
+    if torch.cuda.is_available():  # the tile sizes pinned for this GPU kind, where some are committed
+        try:
+            import triton
+            triton_version = triton.__version__
+        except ImportError:
+            triton_version = "none"
+        configs = compile_cache.pinned_tuned(torch.cuda.get_device_name(), torch.__version__, triton_version)
+        compile_cache.install_tuned(directory, configs)
     return directory
 
 
