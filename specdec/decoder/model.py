@@ -179,10 +179,11 @@ class Attention(nn.Module):
             qk = torch.cat([self.q_proj(x).view(B, T, self.nh, self.d), self.k_proj(x).view(B, T, self.nkv, self.d)], 2)
             v = self.v_proj(x).view(B, T, self.nkv, self.d)
         g = self.nh // self.nkv
-        # only a chain's step over the static cache: a tree view (slots) and the training's cache-like DepthKV
-        # (appends, with autograd) keep the written-out steps
+        # rope, the cache write and attention in one pass over the cache (qk: [B, T, heads, D]), for a chain's step
+        # over the static cache only: a tree view (slots) and the training's cache-like DepthKV (appends, with
+        # autograd) keep the written-out steps
         if (ROPE_IN_KERNEL and KERNEL_ATTENTION and isinstance(cache, LayerCache) and cache.slots is None
-                and g * T <= DECODE_ROWS and kernel.fits(qk)):  # rope, the write and attention in one pass over the cache (qk: [B, T, heads, D])
+                and g * T <= DECODE_ROWS and kernel.fits(qk)):
             y = kernel.rope_append_attention(qk, v, cos, sin, positions, cache.k, cache.v, mask.shape[-1], self.nh)
             return self.o_proj(y.reshape(B, self.nh, T, self.d).transpose(1, 2).reshape(B, T, self.nh * self.d))
         qk = qk.transpose(1, 2)  # [B, nh + nkv, T, D]: rotate q and k together
