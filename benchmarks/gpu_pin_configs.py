@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import gpu_fast_path  # noqa: E402
 
 from specdec.decoder import compile_cache  # noqa: E402
+from specdec.decoder.cuda_graphs import gpu_kind  # noqa: E402
 
 
 def tuned_in(root: Path) -> dict[str, dict]:
@@ -43,20 +44,7 @@ def tuned_in(root: Path) -> dict[str, dict]:
     return found
 
 
-def versions() -> tuple[str, str, str]:
-    """(GPU, torch, Triton) as the pinned file's name takes them ("cpu" and "none" off a GPU)."""
-    import torch
-
-    try:
-        import triton
-        triton_version = triton.__version__
-    except ImportError:
-        triton_version = "none"
-    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-    return gpu, torch.__version__, triton_version
-
-
-def main(argv: list[str] | None = None, decode=gpu_fast_path.decode, kind=versions) -> int:
+def main(argv: list[str] | None = None, decode=gpu_fast_path.decode, kind=gpu_kind) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shape", default="8b")
     p.add_argument("--compiles", type=int, default=3, help="unpinned starts, each from an empty cache")
@@ -81,7 +69,7 @@ def main(argv: list[str] | None = None, decode=gpu_fast_path.decode, kind=versio
                           "plan": {"prompt_tokens": plan.prompt_tokens, "new_tokens": plan.new_tokens}}
     run.log(f"{gpu}, torch {torch_version}, Triton {triton_version}, commit {commit.stdout.strip()}; shape {shape}")
     prompt = gpu_fast_path.prompt_text(plan.prompt_tokens)
-    roots: dict[int, Path] = {}
+    roots: list[Path] = []  # each start's compile cache, in the order of run.results["runs"]
 
     def start(phase: str, i: int, pinned: bool) -> dict:
         root = Path(tempfile.mkdtemp(prefix=f"specdec-pin-{phase}-"))
@@ -101,7 +89,7 @@ def main(argv: list[str] | None = None, decode=gpu_fast_path.decode, kind=versio
         run.results["runs"].append(entry)
         run.save()
         run.log(" ".join(f"{k}={round(v, 3) if isinstance(v, float) else v}" for k, v in entry.items()))
-        roots[len(run.results["runs"]) - 1] = root
+        roots.append(root)
         return entry
 
     for i in range(1, args.compiles + 1):
@@ -128,7 +116,7 @@ def main(argv: list[str] | None = None, decode=gpu_fast_path.decode, kind=versio
             f"in {args.tuned_dir / name}")
     for i in range(1, args.checks + 1):
         start("pinned", i, pinned=True)
-    for root in roots.values():
+    for root in roots:
         shutil.rmtree(root, ignore_errors=True)
     for phase in ("unpinned", "pinned"):
         ms = [e["tpot_ms"] for e in run.results["runs"] if e["phase"] == phase and "tpot_ms" in e]

@@ -920,7 +920,7 @@ def render_rope() -> str:
         ms = {n: [r["ms"] for r in res["runs"] if r.get("variant") == n and "ms" in r] for n in labels}
         calls += [[f"call {i + 1}", labels[n], _ms(xs), f"{mean(xs):.2f}", f"{max(xs) / min(xs) - 1:.1%}"]
                   for n, xs in ms.items() if xs]
-    plain = [x for res in (rep, norms) for r in res["runs"] if r.get("variant") == base and "ms" in r for x in [r["ms"]]]
+    plain = [r["ms"] for res in (rep, norms) for r in res["runs"] if r.get("variant") == base and "ms" in r]
     with_k = [r["ms"] for res in (rep, norms) for r in res["runs"] if r.get("variant", "").endswith(on) and "ms" in r]
     from gpu_fast_path import default_path
 

@@ -56,14 +56,19 @@ def use_cache(directory: Path) -> Path:
     torch._inductor.config.autotune_local_cache = True
     keep_tuned_configs()
     if torch.cuda.is_available():  # the tile sizes pinned for this GPU kind, where some are committed
-        try:
-            import triton
-            triton_version = triton.__version__
-        except ImportError:
-            triton_version = "none"
-        configs = compile_cache.pinned_tuned(torch.cuda.get_device_name(), torch.__version__, triton_version)
-        compile_cache.install_tuned(directory, configs)
+        compile_cache.install_tuned(directory, compile_cache.pinned_tuned(*gpu_kind()))
     return directory
+
+
+def gpu_kind() -> tuple[str, str, str]:
+    """(GPU, torch, Triton): what a compiled kernel's source depends on besides the model, and so which pinned tile
+    sizes fit it (compile_cache.tuned_name); "cpu" and "none" where there is no GPU or no Triton."""
+    try:
+        import triton
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = "none"
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu", torch.__version__, triton_version
 
 
 def keep_tuned_configs() -> bool:
