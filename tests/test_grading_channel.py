@@ -95,6 +95,40 @@ def test_a_model_is_built_from_its_seed_only_where_the_grader_sends_it():
         Decoder([], models=True).decode(huge)
 
 
+
+def test_models_built_in_threads_at_once_have_their_seeds_weights():
+    """`specdec grade -j N` grades notebooks in threads: two q8 checks building their models at once, while other
+    threads draw from torch's global random state, must each get their seed's weights (when they seeded the one
+    global state, a right solution once lost all of q8's points in CI: the grader's and the kernel's models differed)."""
+    import threading
+
+    from specdec.grading.codec import Model, build_model
+
+    config = (("vocab_size", 64), ("hidden_size", 32), ("intermediate_size", 64), ("num_hidden_layers", 2),
+              ("num_attention_heads", 4), ("num_key_value_heads", 2))
+    want = {seed: build_model(Model(config, seed)).state_dict() for seed in (1, 2)}
+    wrong, start = [], threading.Barrier(3)
+
+    def build(seed):
+        start.wait()
+        for _ in range(20):
+            got = build_model(Model(config, seed)).state_dict()
+            wrong.extend(seed for k in got if not torch.equal(got[k], want[seed][k]))
+
+    def draw():
+        start.wait()
+        for _ in range(200):
+            torch.randn(1000)
+
+    threads = [threading.Thread(target=build, args=(1,)), threading.Thread(target=build, args=(2,)),
+               threading.Thread(target=draw)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not wrong, f"{len(wrong)} weights drawn from another thread's numbers"
+
+
 def test_a_kv_cache_travels_as_its_tensors_and_lengths():
     from specdec.decoder.kv_cache import KVCache
 

@@ -275,11 +275,12 @@ def attention_mask(positions: torch.Tensor, kv_len: int, group: int = 1,
     return mask.unsqueeze(1).expand(B, group, T, kv_len).reshape(B, 1, group * T, kv_len)
 
 
-def init_weights(module: nn.Module, std: float = 0.02) -> None:
-    """GPT-style init: small normal weights, zero biases (norm weights stay at one)."""
+def init_weights(module: nn.Module, std: float = 0.02, generator: torch.Generator | None = None) -> None:
+    """GPT-style init: small normal weights, zero biases (norm weights stay at one); drawn from `generator`, else
+    from torch's global random state."""
     for m in module.modules():
         if isinstance(m, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(m.weight, std=std)
+            nn.init.normal_(m.weight, std=std, generator=generator)
         if isinstance(m, nn.Linear) and m.bias is not None:
             nn.init.zeros_(m.bias)
 
