@@ -48,6 +48,7 @@ from gpu_floor import Plan, Run, build, bundle_of, copy_bandwidth, decode_loop, 
 
 import specdec.decoder.cuda_graphs as graphs_mod  # noqa: E402
 import specdec.decoder.decode_attention as decode_kernel  # noqa: E402
+import specdec.decoder.gemv as gemv_mod  # noqa: E402
 import specdec.decoder.model as model_mod  # noqa: E402
 import specdec.decoder.step as step_mod  # noqa: E402
 from specdec.decoder.kv_cache import KVCache  # noqa: E402
@@ -143,7 +144,8 @@ class Swap:
     """Swap the readable paths back in (or a candidate) for the duration of a measurement."""
 
     def __init__(self, attention=None, linear=None, sdpa=False, cublas=False, sampling_path=False, cdt=False,
-                 inductor=None, decode_attention=None, kernel_attention=True, rope_in_kernel=False, norm_apart=False):
+                 inductor=None, decode_attention=None, kernel_attention=True, rope_in_kernel=False, norm_apart=False,
+                 gemv=False):
         self.attention, self.linear, self.sdpa, self.cublas = attention, linear, sdpa, cublas
         self.sampling_path, self.cdt, self.inductor = sampling_path, cdt, inductor
         self.decode_attention = decode_attention
@@ -153,14 +155,18 @@ class Swap:
         # so the variants measured before it was the model's default keep their meaning
         self.rope_in_kernel = rope_in_kernel
         self.norm_apart = norm_apart  # every RMSNorm a kernel of its own (norm_apart_forward)
+        self.gemv = gemv  # model.KERNEL_GEMV: off unless a variant's name says so, as rope_in_kernel
 
     def __enter__(self):
         import torch._inductor.config as ic
         self.saved = (F.scaled_dot_product_attention, F.linear, model_mod.DECODE_ROWS, model_mod.Linear.forward,
                       step_mod.Rows.sampling, ic.coordinate_descent_tuning, graphs_mod.INDUCTOR_OPTIONS,
                       model_mod.attention, model_mod.KERNEL_ATTENTION, model_mod.ROPE_IN_KERNEL,
-                      model_mod.RMSNorm.forward)
+                      model_mod.RMSNorm.forward, model_mod.KERNEL_GEMV)
         model_mod.KERNEL_ATTENTION = self.kernel_attention
+        model_mod.KERNEL_GEMV = self.gemv
+        if self.gemv:  # the tuned tiles, as an engine's compiled Graphs load them (compiled_kernels compiles directly)
+            gemv_mod.load()
         if self.norm_apart:
             model_mod.RMSNorm.forward = norm_apart_forward
         model_mod.ROPE_IN_KERNEL = self.rope_in_kernel
@@ -183,7 +189,8 @@ class Swap:
         import torch._inductor.config as ic
         (F.scaled_dot_product_attention, F.linear, model_mod.DECODE_ROWS, model_mod.Linear.forward,
          step_mod.Rows.sampling, ic.coordinate_descent_tuning, graphs_mod.INDUCTOR_OPTIONS,
-         model_mod.attention, model_mod.KERNEL_ATTENTION, model_mod.ROPE_IN_KERNEL, model_mod.RMSNorm.forward) = self.saved
+         model_mod.attention, model_mod.KERNEL_ATTENTION, model_mod.ROPE_IN_KERNEL, model_mod.RMSNorm.forward,
+         model_mod.KERNEL_GEMV) = self.saved
         torch._dynamo.reset()
 
 
@@ -361,6 +368,9 @@ VARIANTS = {  # name: (Swap kwargs, compile (False, True: the whole step, or "la
     "compile+cdt, realize_opcount 8, no in-place buffers, norms apart": ({**NO_INPLACE, "norm_apart": True}, True, 1),
     "compile+cdt, realize_opcount 8, no in-place buffers, norms apart, rope in the attention kernel": (
         {**NO_INPLACE, "norm_apart": True, "rope_in_kernel": True}, True, 1),
+    # the one-row projections of the shapes tuned in specdec/decoder/tuned/gemv.json as gemv.py's split kernel
+    "compile+cdt, realize_opcount 8, no in-place buffers, rope in the attention kernel, gemv": (
+        {**NO_INPLACE, "rope_in_kernel": True, "gemv": True}, True, 1),
     # the same with FlexAttention in model.attention's place
     "compile+cdt, realize_opcount 8, flex attention": ({"cdt": True, "inductor": {
         "realize_opcount_threshold": 8}, "decode_attention": flex_attention_masked}, True, 1),

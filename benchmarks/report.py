@@ -50,7 +50,7 @@ TOPICS = [
                                                               ("cpu_regional_compile", "render")]),
     ("Where a step's time goes", [("gpu_profile", "render"), ("gpu_profile", "render_attention"),
                                   ("gpu_profile", "render_stable"), ("gpu_profile", "render_rope"),
-                                  ("gpu_decode_gap", "render")]),
+                                  ("gpu_decode_gap", "render"), ("gpu_pin_configs", "render"), ("gpu_gemv", "render")]),
     ("The zoo end to end", [("gpu_bench", "render_e2e"), ("cpu_bench", "render"), ("gpu_decode_compare", "render_first"),
                             ("gpu_decode_compare", "render_engine")]),
     ("Serving: SGLang and specdec serve", [("sglang_zoo_check", "render"), ("serve_cpu_bench", "render"),

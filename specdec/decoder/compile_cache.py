@@ -62,8 +62,9 @@ TUNED_DIR = Path(__file__).resolve().parent / "tuned"
 
 
 def tuned_name(gpu: str, torch_version: str, triton_version: str) -> str:
-    """The file of one GPU kind's pinned tile sizes, for one torch and Triton (kernel sources differ by each)."""
-    return re.sub(r"[^A-Za-z0-9.+-]+", "_", f"{gpu}-torch{torch_version}-triton{triton_version}") + ".json"
+    """The file of one GPU kind's pinned tile sizes, for one torch and Triton (kernel sources differ by each). Letters,
+    digits, dots and dashes only: the device machines return no file whose name has a '+' (torch's "+cu130")."""
+    return re.sub(r"[^A-Za-z0-9.-]+", "_", f"{gpu}-torch{torch_version}-triton{triton_version}") + ".json"
 
 
 def collect_tuned(cache_dir: Path) -> dict[str, dict]:

@@ -19,7 +19,7 @@ from typing import Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
-from specdec.decoder import compile_cache
+from specdec.decoder import compile_cache, gemv
 from specdec.decoder.params import DEFAULT_SCOPE, SCOPES
 from specdec.decoder.regions import Regions
 
@@ -267,6 +267,8 @@ class Graphs:
         self.scope = compile_scope(compile)
         self.compile = self.scope is not None
         self.regions = (regions or Regions()) if self.scope == "layers" else None
+        if self.compile:  # the one-row projections' tuned tiles, read while tracing model.Linear
+            gemv.load()
         self.captured: dict[tuple, GraphedStep | EmulatedGraph] = {}
         if self.scope == "step":  # a compile per capture; past dynamo's default of 8 per function the rest would run unfused
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 256)

@@ -16,6 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from specdec.decoder import decode_attention as kernel
+from specdec.decoder import gemv
 from specdec.decoder.kv_cache import LayerCache
 from specdec.decoder.regions import region
 
@@ -94,12 +95,18 @@ class Linear(nn.Linear):
     """nn.Linear, with one fast path: under torch.compile a single row (batch-1 decoding) is computed as
     a plain multiply-and-sum, which inductor turns into one kernel that streams the weight at nearly the
     full memory bandwidth; cuBLAS's one-row kernels leave more of it unused (docs/results.md, the section
-    "Where a batch-1 step's time goes")."""
+    "Where a batch-1 step's time goes"). On a GPU with tuned tiles (KERNEL_GEMV), gemv.py's kernel instead."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not (torch.compiler.is_compiling() and x.numel() == x.shape[-1]):
             return super().forward(x)
-        y = (x.reshape(1, -1).float() * self.weight.float()).sum(-1)  # [N]: one dot product per output
+        tile = gemv.tile_for(x, self.weight) if KERNEL_GEMV else None
+        if tile is None:
+            y = (x.reshape(1, -1).float() * self.weight.float()).sum(-1)  # [N]: one dot product per output
+        elif tile.splits == 1 and self.bias is None:  # gemv.py's kernel wrote the product itself, in x's dtype
+            return gemv.partials(x, self.weight, tile).view(*x.shape[:-1], -1)
+        else:  # split along K (gemv.py): [splits, N] -> [N], a sum inductor folds into the kernel that reads y
+            y = gemv.partials(x, self.weight, tile).float().sum(0)
         if self.bias is not None:
             y = y + self.bias.float()
         return y.to(x.dtype).view(*x.shape[:-1], -1)
@@ -115,6 +122,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     scores = scores.masked_fill(~mask, float("-inf"))  # slot 0 is always visible: no row is all -inf
     return scores.float().softmax(-1).to(q.dtype) @ v
 
+
+# On a GPU whose tiles are tuned (gemv.py, tuned/gemv.json): compiled one-row projections of the tuned weight shapes
+# run as gemv.py's Triton kernel, split along K, instead of inductor's reduction. False: the reduction everywhere.
+KERNEL_GEMV = True
 
 DECODE_ROWS = 64  # query rows (query heads per key/value head x new tokens) up to which `attention` runs
 # On a GPU decode attention runs as decode_attention.py's Triton kernel (the same computation in two kernels
