@@ -92,8 +92,9 @@ def one_scope(shape: str, scope: str, new: int, prompt_text: str, smoke: bool, s
     s = io.StringIO()
     st = pstats.Stats(pr, stream=s)
     st.sort_stats("tottime").print_stats(25)
-    # the profile covers the loop: Engine.step's calls (the top 25 by own time may leave it out, on a busy CPU)
-    step_calls = sum(nc for (f, _, fn), (_, nc, *_) in st.stats.items() if f.endswith("engine.py") and fn == "step")
+    # the profile covers the loop: the steps the engine read (Engine._read, once a step whether generate steps or runs
+    # ahead; the top 25 by own time may leave it out, on a busy CPU)
+    step_calls = sum(nc for (f, _, fn), (_, nc, *_) in st.stats.items() if f.endswith("engine.py") and fn == "_read")
     # the loop's graph: the widest span it captured (the prompt and every new token fit in it)
     loop_graph = spans[max(spans, key=lambda name: int(name.split("@")[1]))] if spans else None
     out = {"shape": shape, "scope": scope, "compiled": bool(compiled), "warm_s": round(warm_s, 1),

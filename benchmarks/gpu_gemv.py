@@ -43,7 +43,8 @@ def weight_shapes(shape: dict) -> dict[str, tuple[int, int]]:
     H, I = shape["hidden_size"], shape["intermediate_size"]
     D = shape.get("head_dim") or H // shape["num_attention_heads"]
     q, kv = shape["num_attention_heads"] * D, shape["num_key_value_heads"] * D
-    return {"qkv": (q + 2 * kv, H), "o": (H, q), "gate_up": (2 * I, H), "down": (H, I), "lm_head": (shape["vocab_size"], H)}
+    return {"qkv": (q + 2 * kv, H), "o": (H, q), "gate_up": (2 * I, H), "down": (H, I),
+            "lm_head": (shape["vocab_size"], H)}
 
 
 def candidates(N: int, K: int, programs=(264, 16384)) -> list[gemv.Tile]:
@@ -53,7 +54,8 @@ def candidates(N: int, K: int, programs=(264, 16384)) -> list[gemv.Tile]:
     for rows, chunk, splits, warps, stages in itertools.product((1, 2, 4, 8, 16), (128, 256, 512, 1024, 2048),
                                                                 (1, 2, 4, 8, 16, 32), (4, 8), (1, 3)):
         tile = gemv.Tile(rows, chunk, splits, warps, stages)
-        if 8 <= rows * chunk / (32 * warps) <= 32 and tile.fits(N, K) and programs[0] <= N // rows * splits <= programs[1]:
+        per_thread = rows * chunk / (32 * warps)
+        if 8 <= per_thread <= 32 and tile.fits(N, K) and programs[0] <= N // rows * splits <= programs[1]:
             out.append(tile)
     return out
 

@@ -134,3 +134,48 @@ def test_the_step_readout_is_read_by_name():
     rows = to_host(packed, width=3)
     assert rows[0] == RowStep(count=2, accepted=1, done=False, emitted=[11, 12, 13], drafts=[11, 99])
     assert rows[0].tokens == [11, 12] and rows[1].tokens == [] and rows[1].done is True
+
+
+def _stops_early(tiny_bundle, code_prompts):
+    """A copy of the zoo whose stop id is a token rows 1 and 3 produce early: some rows end by a stop id, the others
+    by their budget, at different steps."""
+    ref = Engine(tiny_bundle, "ar").generate(code_prompts, max_new_tokens=16, stop_at_eos=False).tokens
+    bundle = copy.copy(tiny_bundle)
+    bundle.target = copy.copy(tiny_bundle.target)
+    bundle.target.config = copy.deepcopy(tiny_bundle.target.config)
+    bundle.target.config.eos_token_id = [ref[1][3], ref[3][6]]
+    return bundle
+
+
+@pytest.mark.parametrize("graphs", ["off", "emulate"])
+def test_steps_ahead_reads_each_step_as_step_does(tiny_bundle, code_prompts, graphs):
+    """Engine.steps_ahead (the host a step behind the device) yields the very updates Engine.step does, step by step,
+    and leaves the device in the same state, though a step runs past rows that ended (a stop id, a budget) before the
+    host has read that they did. Under the CUDA graphs' CPU twin the graph's output is overwritten by the next
+    replay: the readout must have been copied before it."""
+    bundle = _stops_early(tiny_bundle, code_prompts)
+    budgets = [SamplingParams(max_new_tokens=n, temperature=t, seed=3)
+               for n, t in ((16, 0.0), (16, 0.0), (9, 1.0), (16, 0.0))]
+    runs = []
+    for ahead in (False, True):
+        # spans of just the slots a step reads (eager) or the power of two above: a step launched ahead reads the
+        # slot the step before it writes
+        e = Engine(bundle, "ar", max_batch=4, cuda_graphs=graphs, min_span=1)
+        first = e.admit(code_prompts, budgets)
+        if graphs == "off":  # eager, a step runs at its launch: every step's span covers each row's pending token
+            plain = e._plain
+
+            def checked(cache, rows, u):
+                assert cache.span > int(rows.lengths.max()), (cache.span, rows.lengths.tolist())
+                return plain(cache, rows, u)
+            e._plain = checked
+        steps = list(e.steps_ahead()) if ahead else [e.step() for _ in iter(lambda: bool(e.live), False)]
+        runs.append((first, steps, e.cache.lengths.tolist(), e.rows.n_new.tolist(), e.rows.tokens.tolist()))
+    (first, steps, *state), (first_a, steps_a, *state_a) = runs
+    assert {u.finished for s in steps for u in s} >= {"stop", "length"}  # both ways of ending happen here
+    assert first_a == first and steps_a == steps and state_a == state
+
+
+def test_steps_ahead_is_plain_decoding_only(engine):
+    with pytest.raises(ValueError, match="plain decoding"):
+        next(engine("mtp").steps_ahead())

@@ -106,7 +106,8 @@ def test_the_sweep_pins_only_tiles_that_beat_inductor(tmp_path):
     import gpu_gemv
 
     def row(n, k, ours, inductor):
-        return {"N": n, "K": k, "inductor": {"us": inductor}, "best": {"us": ours, "tile": gemv.Tile(2, 64, 4).__dict__}}
+        best = {"us": ours, "tile": gemv.Tile(2, 64, 4).__dict__}
+        return {"N": n, "K": k, "inductor": {"us": inductor}, "best": best}
 
     results = {"shapes": {"8b": {"o": row(64, 512, 9.0, 12.0), "down": row(64, 1024, 11.8, 12.0),
                                  "qkv": row(96, 512, 5.0, 10.0)}}}

@@ -1,7 +1,8 @@
 """The step-level engine: rows join (admit) and leave (retire) a running batch between steps.
 
 `admit` prefills prompts into free rows, `step` advances every running row by one plain or
-speculative step (step.py), a finished row frees its slot at once. Under CUDA graphs a greedy
+speculative step (step.py), a finished row frees its slot at once; `steps_ahead` runs plain decoding
+with the host one step behind the device. Under CUDA graphs a greedy
 admission is prefilled in staging rows past the capacity and copied into its free slots, so one
 captured prefill per row count and prompt bucket serves whichever slots are free. Lab 3's server drives this
 loop directly (continuous batching); generate.py's `generate` is a thin loop over it. The host
@@ -18,8 +19,9 @@ steps as the chain's are. Shapes: B rows, k drafts, V vocabulary.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -66,6 +68,21 @@ class Row:
     committed: int  # the row's cache length, known on the host: the counts each step reports (no sync)
     emitted: int = 0  # tokens the row has emitted
     gen: torch.Generator | None = None  # the row's own random numbers, when it has a seed
+
+
+class Launched(NamedTuple):
+    """A step queued on the device and not yet read (Engine._launch, Engine._read)."""
+
+    host: torch.Tensor  # its readout (step.readout): on the device, or its copy on the host (steps_ahead)
+    ready: torch.cuda.Event | None  # when that copy has landed (None: nothing to wait for but the readout itself)
+    width: int  # the rows it ran
+    k: int  # drafts a row this step (the policy may have chosen fewer than the engine's k)
+    drafting: bool  # it verified drafts (else a plain step)
+    tree: TreeDrafts | None  # the tree it verified (a tree engine)
+    start: float  # the policy's clock at its launch
+    t0: float  # perf_counter marks: drafting began, verifying began, the launch returned
+    t1: float
+    t2: float
 
 
 # Prompt lengths a captured prefill pads to (longer prompts prefill eagerly: their GPU work outweighs the launches)
@@ -142,6 +159,7 @@ class Engine:
         self.views: dict[tuple[int, int], KVCache] = {}  # under graphs: the cache's rows 0..width-1, per bucket
         self.row_views: dict[int, Rows] = {}  # the rows 0..width-1, per width
         self.no_draws: dict[tuple[int, int], torch.Tensor] = {}  # the uniforms of greedy steps: zeros, per shape
+        self.readouts: dict[tuple[int, ...], list[torch.Tensor]] = {}  # steps_ahead's pinned readouts, per shape
         # called as on_tree_step(tree, emitted, accepted, running slots) after each tree step's to_host (tree_accept.py)
         self.on_tree_step: Callable | None = None
         self.eos_ids = bundle.eos_token_ids
@@ -314,16 +332,43 @@ class Engine:
         phase to split the time (a GPU otherwise runs ahead of the host until the step's result)."""
         if not self.live:
             return []
+        return self._read(self._launch(profile))
+
+    @torch.no_grad()
+    def steps_ahead(self) -> Iterator[list[RowUpdate]]:
+        """Plain decoding of the running rows to their end, the host one step behind the GPU (as SGLang's overlap
+        scheduler): step N + 1 is launched before step N's readout is read, so the host's bookkeeping runs while the
+        GPU computes, not between its steps. A plain step needs nothing from the host but the span: the token it reads
+        is on the device, and a row that finished at step N (a stop id or its budget: done on the device) keeps nothing
+        at step N + 1, which only repeats its last write. Yields each step's updates; admit nothing until it returns."""
+        if self.proposer is not None:
+            raise ValueError("steps_ahead is plain decoding: a speculative step's span depends on what the last kept")
+        pending = self._launch(ahead=0) if self.live else None
+        while pending is not None:
+            # a row with budget left after the step in flight (else that step ends every row: launch no more)
+            more = any(r.emitted + 1 < r.params.max_new_tokens for r in self.live.values())
+            following = self._launch(ahead=1) if more else None
+            yield self._read(pending)
+            if not self.live:  # every row ended (a stop id) at the step just read: the one after it is left unread
+                return
+            pending = following if following is not None else self._launch(ahead=0)
+
+    def _launch(self, profile: bool = False, ahead: int | None = None) -> Launched:
+        """Queue one step of every running row on the device. ahead (steps_ahead): the steps launched and not yet
+        read (each moves a plain row by at most one slot, which the span must cover); the readout is then copied to
+        the host as the step finishes, before the next step's replay overwrites it."""
         start = self.policy.clock() if self.policy is not None else 0.0  # the step's wall time, for the policy
         width, k = self.width(), self.k
-        # every position this step reads (the verify block, the proposer's own) is below `need`
+        # every position this step reads (the verify block, the proposer's own, after the steps in flight) is below need
         need = max(r.committed for r in self.live.values()) + (1 if self.proposer is None else self.block)
+        need += ahead or 0
         span = self.pick_span(need)
         rows, cache = self.row_view(width), self.cache_view(width, span)
         rows.span = span
         self._flags(rows)
         sync = self.sync if profile else (lambda: None)
         t0 = time.perf_counter()
+        tree = None
         if self.proposer is None:
             # greedy rows read no uniforms: None keeps them out of the step (no copy into a graph's input)
             u = self._uniforms(0, width, 1)[:, 0] if rows.sampling else None
@@ -362,11 +407,20 @@ class Engine:
             else:
                 self.proposer.accepted(rows, hidden, count)
         sync()
-        t2 = time.perf_counter()
-        drafting = self.proposer is not None and k > 0
-        steps = to_host(host, k + 1 if drafting else 1)  # the one sync of a step: what the host needs
+        ready = None
+        if ahead is not None:
+            host, ready = self._copy_readout(host)
+        return Launched(host, ready, width, k, self.proposer is not None and k > 0, tree, start, t0, t1,
+                        time.perf_counter())
+
+    def _read(self, step: Launched) -> list[RowUpdate]:
+        """The step's one sync (its readout on the host), then every running row's update."""
+        if step.ready is not None:
+            step.ready.synchronize()
+        k, drafting = step.k, step.drafting
+        steps = to_host(step.host, k + 1 if drafting else 1)  # what the host needs
         if self.tree is not None and self.on_tree_step is not None:  # the step as the host reads it, by name
-            self.on_tree_step(tree, [s.emitted for s in steps], [s.accepted for s in steps], list(self.live))
+            self.on_tree_step(step.tree, [s.emitted for s in steps], [s.accepted for s in steps], list(self.live))
         updates = []
         for slot, row in list(self.live.items()):
             got = steps[slot]
@@ -379,11 +433,26 @@ class Engine:
         if self.policy is not None:
             if drafting:
                 self.policy.observe([u.accepted for u in updates], [u.proposed for u in updates])
-            self.policy.timed(width, k, self.policy.clock() - start)  # the step's one sync (to_host) is behind
-        self.times["draft"] += t1 - t0
-        self.times["verify"] += t2 - t1
-        self.times["host"] += time.perf_counter() - t2
+            self.policy.timed(step.width, k, self.policy.clock() - step.start)  # the step's one sync is behind
+        self.times["draft"] += step.t1 - step.t0
+        self.times["verify"] += step.t2 - step.t1
+        self.times["host"] += time.perf_counter() - step.t2
         return updates
+
+    def _copy_readout(self, host: torch.Tensor) -> tuple[torch.Tensor, torch.cuda.Event | None]:
+        """A launched step's readout, copied to the host as soon as the step ends, without waiting for it: into one of
+        two pinned buffers per shape (one being read while the next step's is filled)."""
+        if self.device.type != "cuda":
+            return host.clone(), None  # the CPU has finished the step already
+        key = tuple(host.shape)
+        if key not in self.readouts:
+            self.readouts[key] = [torch.empty(key, dtype=host.dtype, pin_memory=True) for _ in range(2)]
+        bufs = self.readouts[key]
+        bufs.reverse()
+        bufs[0].copy_(host, non_blocking=True)
+        ready = torch.cuda.Event()
+        ready.record()
+        return bufs[0], ready
 
     def _plain(self, cache: KVCache, rows: Rows, u: torch.Tensor | None) -> torch.Tensor:
         """A plain step and its readout (accepted -1: nothing was proposed)."""

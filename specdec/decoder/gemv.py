@@ -84,8 +84,8 @@ def partials(x: torch.Tensor, w: torch.Tensor, tile: Tile) -> torch.Tensor:
     for one split the product itself in x's dtype (nothing left to sum: no kernel after it)."""
     N, K = w.shape
     out = torch.empty(tile.splits, N, device=x.device, dtype=torch.float32 if tile.splits > 1 else x.dtype)
-    _gemv[(N // tile.rows, tile.splits)](x.contiguous(), w, out, N, K, K // tile.splits, ROWS=tile.rows, CHUNK=tile.chunk,
-                                         num_warps=tile.warps, num_stages=tile.stages)
+    _gemv[(N // tile.rows, tile.splits)](x.contiguous(), w, out, N, K, K // tile.splits, ROWS=tile.rows,
+                                         CHUNK=tile.chunk, num_warps=tile.warps, num_stages=tile.stages)
     return out
 
 

@@ -88,13 +88,16 @@ def generate(engine, prompts: list[list[int]], params, seed: int = 0, profile: b
                 owner[up.slot] = i
                 out[i] += up.tokens
             continue  # rows that finished at their first token free their slot at once
-        acc, prop = np.full(B, -1), np.zeros(B, dtype=np.int64)
-        for up in engine.step(profile):
-            i = owner[up.slot]
-            out[i] += up.tokens
-            acc[i], prop[i] = up.accepted, up.proposed
-        log_acc.append(acc)
-        log_prop.append(prop)
+        # plain decoding with every prompt admitted runs the host one step behind the GPU (Engine.steps_ahead)
+        ahead = engine.proposer is None and not waiting and not profile
+        for updates in engine.steps_ahead() if ahead else [engine.step(profile)]:
+            acc, prop = np.full(B, -1), np.zeros(B, dtype=np.int64)
+            for up in updates:
+                i = owner[up.slot]
+                out[i] += up.tokens
+                acc[i], prop[i] = up.accepted, up.proposed
+            log_acc.append(acc)
+            log_prop.append(prop)
     engine.sync()
     wall = time.perf_counter() - t0
     steps = len(log_acc)
