@@ -145,7 +145,7 @@ class Swap:
 
     def __init__(self, attention=None, linear=None, sdpa=False, cublas=False, sampling_path=False, cdt=False,
                  inductor=None, decode_attention=None, kernel_attention=True, rope_in_kernel=False, norm_apart=False,
-                 gemv=False):
+                 gemv=False, rope_once=False):
         self.attention, self.linear, self.sdpa, self.cublas = attention, linear, sdpa, cublas
         self.sampling_path, self.cdt, self.inductor = sampling_path, cdt, inductor
         self.decode_attention = decode_attention
@@ -156,15 +156,17 @@ class Swap:
         self.rope_in_kernel = rope_in_kernel
         self.norm_apart = norm_apart  # every RMSNorm a kernel of its own (norm_apart_forward)
         self.gemv = gemv  # model.KERNEL_GEMV: off unless a variant's name says so, as rope_in_kernel
+        self.rope_once = rope_once  # model.ROPE_ONCE: the same
 
     def __enter__(self):
         import torch._inductor.config as ic
         self.saved = (F.scaled_dot_product_attention, F.linear, model_mod.DECODE_ROWS, model_mod.Linear.forward,
                       step_mod.Rows.sampling, ic.coordinate_descent_tuning, graphs_mod.INDUCTOR_OPTIONS,
                       model_mod.attention, model_mod.KERNEL_ATTENTION, model_mod.ROPE_IN_KERNEL,
-                      model_mod.RMSNorm.forward, model_mod.KERNEL_GEMV)
+                      model_mod.RMSNorm.forward, model_mod.KERNEL_GEMV, model_mod.ROPE_ONCE)
         model_mod.KERNEL_ATTENTION = self.kernel_attention
         model_mod.KERNEL_GEMV = self.gemv
+        model_mod.ROPE_ONCE = self.rope_once
         if self.gemv:  # the tuned tiles, as an engine's compiled Graphs load them (compiled_kernels compiles directly)
             gemv_mod.load()
         if self.norm_apart:
@@ -190,7 +192,7 @@ class Swap:
         (F.scaled_dot_product_attention, F.linear, model_mod.DECODE_ROWS, model_mod.Linear.forward,
          step_mod.Rows.sampling, ic.coordinate_descent_tuning, graphs_mod.INDUCTOR_OPTIONS,
          model_mod.attention, model_mod.KERNEL_ATTENTION, model_mod.ROPE_IN_KERNEL, model_mod.RMSNorm.forward,
-         model_mod.KERNEL_GEMV) = self.saved
+         model_mod.KERNEL_GEMV, model_mod.ROPE_ONCE) = self.saved
         torch._dynamo.reset()
 
 
@@ -371,6 +373,9 @@ VARIANTS = {  # name: (Swap kwargs, compile (False, True: the whole step, or "la
     # the one-row projections of the shapes tuned in specdec/decoder/tuned/gemv.json as gemv.py's split kernel
     "compile+cdt, realize_opcount 8, no in-place buffers, rope in the attention kernel, gemv": (
         {**NO_INPLACE, "rope_in_kernel": True, "gemv": True}, True, 1),
+    # and the step's cos/sin computed once for all layers (model.ROPE_ONCE): the defaults as of this variant
+    "compile+cdt, realize_opcount 8, no in-place buffers, rope in the attention kernel, gemv, rope once": (
+        {**NO_INPLACE, "rope_in_kernel": True, "gemv": True, "rope_once": True}, True, 1),
     # the same with FlexAttention in model.attention's place
     "compile+cdt, realize_opcount 8, flex attention": ({"cdt": True, "inductor": {
         "realize_opcount_threshold": 8}, "decode_attention": flex_attention_masked}, True, 1),

@@ -205,3 +205,27 @@ def test_rope_and_the_write_in_the_kernel_under_tritons_interpreter():
     out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent, env=env, capture_output=True,
                          text=True, timeout=600)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
+
+
+def test_the_steps_cos_and_sin_stay_one_op_each_when_compiled():
+    """model.computed_once (ROPE_ONCE): a copy through an op torch.compile does not see into, so that the graph computes
+    cos/sin once and hands the result to every layer's kernel (inductor would recompute a few-op input per kernel)."""
+    x = torch.randn(2, 1, 3, 8)
+    y = model_mod.computed_once(x)
+    assert torch.equal(x, y) and y.data_ptr() != x.data_ptr()
+    seen = []
+
+    def backend(gm, inputs):
+        seen.extend(n.target for n in gm.graph.nodes if n.op == "call_function")
+        return gm
+
+    torch._dynamo.reset()
+    pos = torch.arange(3.0)
+    def three_users(p):
+        c = model_mod.computed_once(p.cos())
+        return [c * w for w in range(3)]
+
+    out = torch.compile(three_users, backend=backend)(pos)
+    torch._dynamo.reset()
+    assert seen.count(torch.ops.specdec.computed_once.default) == 1  # once, before its three users
+    assert all(torch.equal(o, pos.cos() * w) for w, o in enumerate(out))

@@ -39,21 +39,21 @@ def test_every_swap_is_put_back():
 
     saved = (model_mod.DECODE_ROWS, model_mod.Linear.forward, Rows.sampling, dict(graphs_mod.INDUCTOR_OPTIONS),
              torch.nn.functional.linear, inductor_config.coordinate_descent_tuning, model_mod.KERNEL_ATTENTION,
-             model_mod.ROPE_IN_KERNEL, model_mod.RMSNorm.forward, model_mod.KERNEL_GEMV)
+             model_mod.ROPE_IN_KERNEL, model_mod.RMSNorm.forward, model_mod.KERNEL_GEMV, model_mod.ROPE_ONCE)
     with gpu_profile.Swap(sdpa=True, cublas=True, sampling_path=True, cdt=True, linear=lambda *a: None,
                           inductor={"realize_opcount_threshold": 8}, kernel_attention=False, rope_in_kernel=True,
-                          norm_apart=True, gemv=not model_mod.KERNEL_GEMV):
+                          norm_apart=True, gemv=not model_mod.KERNEL_GEMV, rope_once=not model_mod.ROPE_ONCE):
         assert model_mod.DECODE_ROWS == 0 and model_mod.Linear.forward is torch.nn.Linear.forward
         assert not model_mod.KERNEL_ATTENTION  # the written-out attention, even on a GPU
         assert model_mod.ROPE_IN_KERNEL and model_mod.RMSNorm.forward is gpu_profile.norm_apart_forward
-        assert model_mod.KERNEL_GEMV is not saved[-1]
+        assert model_mod.KERNEL_GEMV is not saved[-2] and model_mod.ROPE_ONCE is not saved[-1]
         assert graphs_mod.INDUCTOR_OPTIONS == {"coordinate_descent_tuning": True, "realize_opcount_threshold": 8}
         rows = Rows.empty(KVCache(1, 2, 1, 4, 8), 8, 1)
         rows.sampling = False
         assert rows.sampling  # the sampling path, whatever the engine sets
     assert saved == (model_mod.DECODE_ROWS, model_mod.Linear.forward, Rows.sampling, graphs_mod.INDUCTOR_OPTIONS,
                      torch.nn.functional.linear, inductor_config.coordinate_descent_tuning, model_mod.KERNEL_ATTENTION,
-                     model_mod.ROPE_IN_KERNEL, model_mod.RMSNorm.forward, model_mod.KERNEL_GEMV)
+                     model_mod.ROPE_IN_KERNEL, model_mod.RMSNorm.forward, model_mod.KERNEL_GEMV, model_mod.ROPE_ONCE)
 
 
 def test_an_unknown_part_or_a_compiled_variant_that_is_not_a_plain_step_is_refused(tmp_path, capsys):

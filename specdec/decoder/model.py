@@ -138,6 +138,24 @@ KERNEL_ATTENTION = True
 ROPE_IN_KERNEL = True
 
 
+# On a GPU, with the folded kernel: the step's cos/sin computed once and handed to every layer as they are. Compiled
+# whole, inductor otherwise recomputes a few-op pointwise input into each consumer, and a Triton kernel's input is
+# realized per call: the profile of the 8B step shows per-layer kernels named for rope's ops
+# (triton_poi_fused__to_copy_cat_cos_mul_sin_..., 32 calls a step each; benchmarks/results/gpu_gemv/kernels.json).
+ROPE_ONCE = True
+
+
+@torch.library.custom_op("specdec::computed_once", mutates_args=())
+def computed_once(x: torch.Tensor) -> torch.Tensor:
+    """x, copied, through an op torch.compile cannot see into: what it reads is computed once, before it."""
+    return x.clone()
+
+
+@computed_once.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
 def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
     """Inverse frequencies [D/2], with Llama 3's long-context rescaling when configured."""
     d = cfg.head_dim
@@ -324,6 +342,8 @@ class Transformer(nn.Module):
             positions = torch.arange(T, device=input_ids.device).expand(B, T)
         x = self.embed_tokens(input_ids)  # [B, T, H]
         cos, sin = self.rotary(positions, x.dtype)
+        if ROPE_ONCE and ROPE_IN_KERNEL and cache is not None and x.is_cuda:  # the folded kernel's cos/sin (ROPE_ONCE)
+            cos, sin = computed_once(cos), computed_once(sin)
         mask = None
         if cache is not None:  # built once, shared by every layer
             group = self.config.num_attention_heads // self.config.num_key_value_heads
