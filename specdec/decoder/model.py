@@ -139,8 +139,8 @@ ROPE_IN_KERNEL = True
 
 
 # On a GPU, with the folded kernel: the step's cos/sin computed once and handed to every layer as they are. Compiled
-# whole, the 8B step runs kernels named for rope's ops 32 times a step each (triton_poi_fused__to_copy_cat_cos_mul_sin_...,
-# benchmarks/results/gpu_gemv/kernels.json): inductor inlines a few-op pointwise input into each of its consumers, and
+# whole, the 8B step runs kernels named for rope's ops 32 times a step each (triton_poi_fused__to_copy_cat_cos_mul_sin_
+# ..., benchmarks/results/gpu_gemv/kernels.json): inductor inlines a few-op pointwise input into each of its consumers, and
 # realizes it anew for each Triton kernel that reads it. Not measured yet (gpu_profile's variant "..., rope once").
 ROPE_ONCE = True
 
