@@ -4,6 +4,7 @@ token, stop ids may be a list, and acceptance counts only drafts the target coul
 import copy
 
 import pytest
+import torch
 
 from specdec.decoder.bundle import ModelBundle
 from specdec.decoder.engine import Engine, SamplingParams
@@ -147,12 +148,16 @@ def _stops_early(tiny_bundle, code_prompts):
     return bundle
 
 
-@pytest.mark.parametrize("graphs", ["off", "emulate"])
+@pytest.mark.parametrize("graphs", ["off", "emulate", pytest.param("on", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs CUDA; its CPU twin: the graphs' emulation (emulate)"))])
 def test_steps_ahead_reads_each_step_as_step_does(tiny_bundle, code_prompts, graphs):
     """Engine.steps_ahead (the host a step behind the device) yields the very updates Engine.step does, step by step,
     and leaves the device in the same state, though a step runs past rows that ended (a stop id, a budget) before the
     host has read that they did. Under the CUDA graphs' CPU twin the graph's output is overwritten by the next
     replay: the readout must have been copied before it."""
+    if graphs == "on":  # real CUDA graphs: the readout copied to pinned memory, read after the next launch
+        from specdec.zoo import load_bundle
+        tiny_bundle = load_bundle("tiny", device="cuda", dtype=torch.float32)
     bundle = _stops_early(tiny_bundle, code_prompts)
     budgets = [SamplingParams(max_new_tokens=n, temperature=t, seed=3)
                for n, t in ((16, 0.0), (16, 0.0), (9, 1.0), (16, 0.0))]
@@ -170,6 +175,7 @@ def test_steps_ahead_reads_each_step_as_step_does(tiny_bundle, code_prompts, gra
                 return plain(cache, rows, u)
             e._plain = checked
         steps = list(e.steps_ahead()) if ahead else [e.step() for _ in iter(lambda: bool(e.live), False)]
+        e.sync()
         runs.append((first, steps, e.cache.lengths.tolist(), e.rows.n_new.tolist(), e.rows.tokens.tolist()))
     (first, steps, *state), (first_a, steps_a, *state_a) = runs
     assert {u.finished for s in steps for u in s} >= {"stop", "length"}  # both ways of ending happen here
