@@ -1,18 +1,18 @@
 """One-row matmuls (batch-1 decoding) in Triton, split along the reduction: y = x W^T for x [.., K] of one row.
 
-A batch-1 step is the weights streamed once through the GPU: its time is their bytes over the memory bandwidth,
-if every projection keeps the memory busy. Compiled, `model.Linear` is one inductor reduction per weight; on an
-H200 that streams the wide projections (gate/up) at the copy rate but the tall ones short of it: the down
-projection (N = 4096 outputs of K = 14336) took 36.8 us a layer against 27.5 at the copy rate, the output
-projection 12 against 7.9 (docs/results.md, "One-row projections in Triton"). Few outputs over a long row make few
-programs, each with a long serial loop. Here each program takes `rows` outputs over one of `splits` slices of K,
-so a tall weight still makes enough programs to keep every SM's loads in flight; it writes its partial dot products
-[splits, N] in fp32 and the caller sums them (compiled, inductor folds that sum into the kernel that reads y next:
-the residual add, the next norm); with one split it writes y itself.
+A batch-1 step is the weights streamed once through the GPU: its time is their bytes over the memory bandwidth, if
+every projection keeps the memory busy. Compiled, `model.Linear` at one row is an inductor reduction whose tile sizes
+each compile tunes for itself by timing candidates, so one weight shape gets different kernels from one compile to
+the next (the 8B down projection ran 28.9 to 31.2 us a call in one compiled step, 35.1 in another). Here each program
+takes `rows` outputs over one of `splits` slices of K, with a tile per weight shape measured once per GPU: the same
+kernel in every layer and every compile. It writes its partial dot products [splits, N] in fp32 and the caller sums
+them (compiled, inductor folds that sum into the kernel that reads y next: the residual add, the next norm); with one
+split it writes y itself. In the compiled 8B step on an H200 the projections took what inductor's best took and the
+step ran 64 fewer kernels (docs/results.md, "One-row projections in Triton").
 
-Which weight shapes take the kernel, and with which tile, is tuned per GPU (`benchmarks/gpu_gemv.py`: every
-candidate against inductor's reduction, on weights too many for the L2 cache) and committed in
-`tuned/gemv.json`; a shape not there keeps inductor's reduction, as does every GPU not there and the CPU.
+Which weight shapes take the kernel, and with which tile, is measured per GPU (`benchmarks/gpu_gemv.py`: every
+candidate against inductor's reduction, on weights too many for the L2 cache) and committed in `tuned/gemv.json`; a
+shape not there keeps inductor's reduction, as does every GPU not there and the CPU.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def partials(x: torch.Tensor, w: torch.Tensor, tile: Tile) -> torch.Tensor:
 
 
 def reference_partials(x: torch.Tensor, w: torch.Tensor, tile: Tile) -> torch.Tensor:
-    """What `partials` computes, written out in torch (its CPU twin): [splits, N] fp32."""
+    """What `partials` computes, written out in torch (its CPU twin): [splits, N], fp32 or (one split) x's dtype."""
     N, K = w.shape
     xs = x.reshape(tile.splits, K // tile.splits).float()  # [splits, K/splits]
     out = (w.float().view(N, tile.splits, K // tile.splits) * xs).sum(-1).T  # [splits, N]
