@@ -7,7 +7,7 @@ the next (the 8B down projection ran 28.9 to 31.2 us a call in one compiled step
 takes `rows` outputs over one of `splits` slices of K, with a tile per weight shape measured once per GPU: the same
 kernel in every layer and every compile. It writes its partial dot products [splits, N] in fp32 and the caller sums
 them (compiled, inductor folds that sum into the kernel that reads y next: the residual add, the next norm); with one
-split it writes y itself. In the compiled 8B step on an H200 the projections took what inductor's best took and the
+split it writes y itself. In the compiled 8B step on an H200 the projections took about what inductor's did and the
 step ran 64 fewer kernels (docs/results.md, "One-row projections in Triton").
 
 Which weight shapes take the kernel, and with which tile, is measured per GPU (`benchmarks/gpu_gemv.py`: every
