@@ -191,7 +191,7 @@ def pytest_itemcollected(item):
 # out first, longest first, so that no worker starts a two-minute notebook while the other has run out of work.
 LONGEST = {
     "tests/test_notebooks_lab2.py::test_lecture_runs": 42, "tests/test_grading_attacks.py": 37,
-    "tests/test_notebooks_lab3.py::test_lecture_runs": 34, "tests/test_tour.py::test_tour_prints": 25,
+    "tests/test_notebooks_lab3.py::test_lecture_runs": 34, "tests/test_tour.py::test_tour_prints": 9,
     "tests/test_notebooks_lab2.py::test_solution_runs": 25, "tests/test_launch_lifecycle.py::test_ten_start": 19,
     "tests/test_room.py::test_lab_3_runs": 17, "lab3_class": 14, "tests/test_notebooks_lab3.py::test_untouched_lab": 13,
     "tests/test_gpu_floor.py::test_the_floor_benchmark_runs": 11, "tests/test_grading_load.py": 11,
