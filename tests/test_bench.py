@@ -7,6 +7,7 @@ import math
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -41,11 +42,14 @@ RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 def sweeps(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv(RUN_DIR_ENV, str(tmp_path_factory.mktemp("run")))
-    out = {}
     cfg = dict(categories=("code", "open"), concurrency=(1, 8, 16), max_new_tokens=8, warmup=1, min_run_s=MIN_RUN_S)
-    for name, options in (("base", ["--plain", "--step-cost", f"{A},{B_PLAIN}"]), ("spec", ["--step-cost", f"{A},{B_SPEC}"])):
-        with launch(standin(*options), progress=False) as server:
-            out[name] = run_sweep(SweepConfig(server.url, **cfg), progress=False)
+    # Both sweeps at once, one thread each: the stand-ins spend their steps asleep (a run is MIN_RUN_S or more of
+    # sleeps, 20 s the two sweeps one after the other), so each measures what it did alone.
+    with launch(standin("--plain", "--step-cost", f"{A},{B_PLAIN}"), progress=False) as base, \
+            launch(standin("--step-cost", f"{A},{B_SPEC}"), progress=False) as spec, ThreadPoolExecutor(2) as pool:
+        runs = {name: pool.submit(run_sweep, SweepConfig(server.url, **cfg), progress=False)
+                for name, server in (("base", base), ("spec", spec))}
+        out = {name: run.result() for name, run in runs.items()}
     mp.undo()
     return out
 
