@@ -1,7 +1,8 @@
 """A machine busy with other work must not change a grade: the limits count the kernel's CPU time.
 
-The same notebooks are graded on a quiet machine and again while busy loops occupy every core
-(three per core, so that the kernel gets about a quarter of one). A notebook whose cell computes
+The same notebooks are graded on a quiet machine and again while three busy loops share one core with the
+grading (held to that core, so that the kernel gets about a quarter of it; the other cores stay with the rest of
+the suite, which loops on every core would slow too). A notebook whose cell computes
 for 1.5 s of CPU time, under a cell limit of 3 s, takes longer than 3 s on the wall clock under
 that load: wall-clock limits cut it off (and cost the exercise defined after it), CPU-time limits do not.
 """
@@ -25,11 +26,14 @@ LIMITS = Limits(cell_timeout=3, check_timeout=3, total_timeout=60)
 
 @pytest.fixture
 def busy():
-    """Start busy loops on every core (3 per core) and stop them afterwards."""
+    """Hold this process to one core and start 3 busy loops there (what it starts from then on, the kernels, runs
+    on that core too); stop them and give the cores back afterwards."""
     procs: list[subprocess.Popen] = []
+    cores = os.sched_getaffinity(0)
 
     def start() -> None:
-        for _ in range(3 * (os.cpu_count() or 1)):
+        os.sched_setaffinity(0, {min(cores)})
+        for _ in range(3):
             # each in a session of its own: with autogroup scheduling, CPU is shared out by session
             procs.append(subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True))
         time.sleep(0.5)
@@ -39,6 +43,7 @@ def busy():
         p.kill()
     for p in procs:
         p.wait()
+    os.sched_setaffinity(0, cores)
 
 
 def grade_all(paths) -> dict[str, tuple[dict[str, float], list[str], float]]:
