@@ -31,8 +31,9 @@ XDIST  ?= -n 2 --dist loadgroup
 test: $(STAMP)
 	MPLBACKEND=Agg $(BIN)/python -m pytest -q $(XDIST)
 
-# The notebooks' demonstrations at full size too (make test runs some lectures' timing cells smaller:
-# tests/notebook_tools.shrunk): the Lab 2 and Lab 3 lectures and the room test at full size.
+# The notebooks' demonstrations at full size too (make test runs some timing cells smaller:
+# tests/notebook_tools.shrunk): the Lab 2 and Lab 3 lectures, the Lab 2 solution, the room test and the tour's
+# test at full size.
 test-full: $(STAMP)
 	SPECDEC_FULL_NOTEBOOKS=1 MPLBACKEND=Agg $(BIN)/python -m pytest -q $(XDIST)
 

@@ -191,14 +191,15 @@ def pytest_itemcollected(item):
 # out first, longest first, so that no worker starts a two-minute notebook while the other has run out of work.
 LONGEST = {
     "tests/test_notebooks_lab2.py::test_lecture_runs": 42, "tests/test_grading_attacks.py": 37,
-    "tests/test_notebooks_lab3.py::test_lecture_runs": 34, "tests/test_tour.py::test_tour_prints": 9,
-    "tests/test_notebooks_lab2.py::test_solution_runs": 25, "tests/test_launch_lifecycle.py::test_ten_start": 19,
+    "tests/test_notebooks_lab3.py::test_lecture_runs": 31, "tests/test_tour.py::test_tour_prints": 9,
+    "tests/test_notebooks_lab2.py::test_solution_runs": 21, "tests/test_launch_lifecycle.py::test_ten_start": 19,
     "tests/test_room.py::test_lab_3_runs": 17, "lab3_class": 14, "tests/test_notebooks_lab3.py::test_untouched_lab": 13,
     "tests/test_gpu_floor.py::test_the_floor_benchmark_runs": 11, "tests/test_grading_load.py": 11,
     "tests/test_notebooks_lab2.py::test_untouched_lab": 11, "tests/test_gpu_serve_8b.py": 10,
     "tests/test_cpu_regional_compile.py": 10, "tests/test_gpu_fast_path.py": 9, "tests/test_grading.py": 9,
     "tests/test_grade_lab2.py": 9, "tests/test_zoo.py::test_eval_writes": 6,
     "tests/test_room.py::test_a_room_of_four": 5, "tests/test_gpu_tree_sweep.py::test_the_tree_sweep_runs": 5,
+    "tests/test_bench.py": 12,
 }
 
 
