@@ -198,20 +198,25 @@ if __name__ == "__main__":
 
 # --- docs/results.md: the section this script's results feed (benchmarks/report.py stitches the sections) ----
 
-def by_weight(kernels: dict) -> dict[str, list[float]]:
-    """A compiled step's projection kernels by weight, from torch.profiler's table ({weight: [us a call, ...]}):
+def weight_of(t: dict) -> str | None:
+    """Which projection an inductor kernel of a compiled step's profile is (one row of torch.profiler's table), or None:
     inductor names a kernel by what it fuses, not by its weight, so the output projection is the reduction over a
     transposed input and the others go by their time a call (gate/up over 45 us, down 25 to 45, qkv 12 to 20 on the
     8B shape); the LM head (one call a step) and gemv.py's kernel (one name for all four) are left out."""
+    per = t["us"] / t["calls"]
+    if not t["name"].startswith("triton_red") or "_sum_" not in t["name"] or t["calls"] < 2:
+        return None
+    if "transpose" in t["name"]:
+        return "o"
+    return "gate_up" if per > 45 else "down" if per > 25 else "qkv" if per > 12 else None
+
+
+def by_weight(kernels: dict) -> dict[str, list[float]]:
+    """A compiled step's projection kernels by weight: {weight: [us a call, ...]}."""
     out: dict[str, list[float]] = {}
     for t in kernels["top"]:
-        per = t["us"] / t["calls"]
-        if not t["name"].startswith("triton_red") or "_sum_" not in t["name"] or t["calls"] < 2:
-            continue
-        w = ("o" if "transpose" in t["name"] else "gate_up" if per > 45 else "down" if per > 25
-             else "qkv" if per > 12 else None)
-        if w:
-            out.setdefault(w, []).append(per)
+        if w := weight_of(t):
+            out.setdefault(w, []).append(t["us"] / t["calls"])
     return out
 
 
@@ -238,8 +243,7 @@ def render() -> str:
               f'{r[True]["graph_us"] / r[False]["graph_us"] - 1:+.1%}', f'{r[False]["kernels_per_step"]:.0f} / {r[True]["kernels_per_step"]:.0f}']
              for label, r in (("o alone (call 3)", ko), ("qkv, o, gate/up, down (call 4)", ks))]
     gemv_calls = next(t for t in ks[True]["top"] if t["name"] == "_gemv")
-    plain_proj = sum(t["us"] for t in ks[False]["top"] if t["calls"] > 1 and t["name"].startswith("triton_red")
-                     and "_sum_" in t["name"] and t["us"] / t["calls"] > 8)
+    plain_proj = sum(t["us"] for t in ks[False]["top"] if weight_of(t))
     before, after_o = by_weight(ko[False]), by_weight(ko[True])
     pins = load("gpu_pin_configs/pin.json")
     unpinned = [r["tpot_ms"] for r in pins["runs"] if r["phase"] == "unpinned" and r.get("tpot_ms")] if pins else []

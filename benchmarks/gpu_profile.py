@@ -298,11 +298,10 @@ def attention_bench(model, span=1024, context=512) -> dict:
 
 
 def matmul_bench(model, bw: float) -> dict:
-    cfg = model.config
-    H, I = cfg.hidden_size, cfg.intermediate_size
-    q = cfg.num_attention_heads * cfg.head_dim
-    kv = cfg.num_key_value_heads * cfg.head_dim
-    shapes = {"qkv": (q + 2 * kv, H), "o": (H, q), "gate_up": (2 * I, H), "down": (H, I), "lm_head": (cfg.vocab_size, H)}
+    from dataclasses import asdict
+
+    from gpu_gemv import weight_shapes
+    shapes = weight_shapes(asdict(model.config))
     red = torch.compile(lambda x, w: (x.float() * w.float()).sum(-1).to(x.dtype), dynamic=False)
     out = {"triton_error": TRITON_ERROR}
     import torch._inductor.config as ic
