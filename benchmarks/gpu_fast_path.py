@@ -214,6 +214,12 @@ def summary(run: Run, shape: str, scope: str, starts: list[dict]) -> None:
 
 # --- docs/results.md: the section its results feed (benchmarks/report.py stitches the sections) ---------------
 
+# issue 21's goals for the default path: (at most this many times the floor, at least this many times SGLang's speed)
+GOALS = {"8b": (1.20, 1.15), "1b": (1.8, 1.4)}
+OTHER_CALLS = "2026-11-29_other_calls"  # the day's other calls of gpu_fast_path_sglang.py, kept beside the rows'
+RESULTS = ROOT / "benchmarks" / "results"
+
+
 def sglang_ms(shape: str) -> float | None:
     """SGLang's batch-1 ms per output token on `shape`, measured in the call of that shape's rows
     (benchmarks/gpu_fast_path_sglang.py decode)."""
@@ -223,14 +229,20 @@ def sglang_ms(shape: str) -> float | None:
     return next((v["tpot_s"] * 1e3 for v in got.get("tpot_512", {}).values()), None)
 
 
-def default_path(shape: str, run: str = "start 2 (step)") -> tuple[float, float, float]:
+def default_path(shape: str, run: str = "start 2 (step)", then: bool = False) -> tuple[float, float, float]:
     """The default path's ms per output token on `shape` (one run of the committed results), its floor and
-    SGLang's figure from the same call, for the sections that cite it."""
+    SGLang's figure from the same call, for the sections that cite it. then: the rows the current ones replaced
+    (their "before" entry, which keeps its own floor and SGLang's figure), for sections written against those."""
     from page import load
 
     data = load("gpu_fast_path.json")
-    tpot = next(e["tpot_ms"] for e in data["runs"] if e["shape"] == shape and e["variant"] == run)
-    return tpot, data["floor"][shape], sglang_ms(shape)
+    if not then:
+        tpot = next(e["tpot_ms"] for e in data["runs"] if e["shape"] == shape and e["variant"] == run)
+        return tpot, data["floor"][shape], sglang_ms(shape)
+    was = data["before"][shape]
+    tpot = next(e["tpot_ms"] for e in was["runs"] if e["variant"] == run)
+    sglang = load(f"gpu_fast_path_sglang/{was['sglang']}")["tpot_512"]
+    return tpot, was["floor"], next(iter(sglang.values()))["tpot_s"] * 1e3
 
 
 def render() -> str:
@@ -264,6 +276,23 @@ def render() -> str:
             before += (f"\n- {shape}, against the rows these replaced ({was['date'][:10]}, the device's git printed "
                        f"{was['commit']}; log `benchmarks/logs/gpu_fast_path.log`; since then: {was['since']}): "
                        + "; ".join(pairs) + ".")
+    goals = ""  # issue 21's: the default path (start 2, step scope) against the floor and SGLang in its call
+    for shape, (most_floor, least_sglang) in GOALS.items():
+        if shape not in sglang or not any(e["shape"] == shape and e["variant"] == "start 2 (step)" and e.get("tpot_ms")
+                                          for e in data["runs"]):
+            continue
+        tpot, floor, theirs = default_path(shape)
+        ok = tpot / floor <= most_floor and theirs / tpot >= least_sglang
+        goals += (f"\n- {shape}, the default path (start 2, `--compile-scope step`): {tpot:.3f} ms a token, "
+                  f"{tpot / floor:.3f}x the floor (goal <= {most_floor}x) and {theirs / tpot:.2f}x SGLang's speed "
+                  f"(goal >= {least_sglang}x): {'met' if ok else 'missed'}.")
+        others = [load(f"gpu_fast_path_sglang/{OTHER_CALLS}/{f.name}") for f in
+                  sorted((RESULTS / "gpu_fast_path_sglang" / OTHER_CALLS).glob(f"*sglang_{shape}.json"))]
+        spread = [theirs] + [v["tpot_s"] * 1e3 for o in others for v in o.get("tpot_512", {}).values()]
+        if len(spread) > 1:  # SGLang's figure moved between calls and machines more than the goal's margin
+            goals += (f" SGLang's figure for this shape in the same day's other calls: "
+                      f"{', '.join(f'{ms:.3f}' for ms in spread[1:])} ms; against the lowest, "
+                      f"{tpot:.3f} ms would be {min(spread) / tpot:.2f}x (across calls: not the goal's measure).")
     return f"""### The default `specdec decode` path on random weights
 
 {provenance(["benchmarks/results/gpu_fast_path.json"], data["env"]["device"], "`benchmarks/gpu_fast_path.py`",
@@ -280,6 +309,7 @@ and machine (random weights, triton attention, CUDA graphs; `benchmarks/gpu_fast
 per output token at 512 tokens of context: {anchor}.{when}
 
 {table(header, rows)}
+{goals}
 {before}
 """
 

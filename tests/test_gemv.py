@@ -38,8 +38,14 @@ def test_a_tile_fits_only_a_weight_it_cuts_evenly():
     assert not tile.fits(4096, 14336)  # 14336 is not a multiple of 8 x 512
 
 
-def test_the_cpu_takes_no_kernel():
-    assert gemv.load() == {}  # no GPU or Triton here: no tiles, whatever the tuned file holds
+def test_the_cpu_takes_no_kernel(monkeypatch):
+    saved = dict(gemv.TILES)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the CPU, also on a GPU machine
+    try:
+        assert gemv.load() == {}  # no GPU: no tiles, whatever the tuned file holds
+    finally:
+        gemv.TILES.clear()
+        gemv.TILES.update(saved)
     assert gemv.tile_for(torch.randn(1, 64), torch.randn(32, 64)) is None
     assert model_mod.KERNEL_GEMV  # on by default: a GPU with tuned tiles takes the kernel
 
@@ -59,6 +65,41 @@ def test_the_tuned_file_is_read_back_by_gpu(tmp_path):
         gemv.TUNED = saved
 
 
+@pytest.mark.parametrize("tile", [gemv.Tile(1, 16, 1), gemv.Tile(4, 16, 4)])
+def test_gated_partials_apply_silu_gate_times_up(tile):
+    """gated: x is [gate | up] and the product is silu(gate) * up times W^T (the MLP's down projection)."""
+    torch.manual_seed(0)
+    w, gate_up = torch.randn(64, 256), torch.randn(1, 1, 512)
+    gate, up = gate_up.chunk(2, dim=-1)
+    parts = gemv.reference_partials(gate_up, w, tile, gated=True)
+    torch.testing.assert_close(parts.float().sum(0), F.linear(F.silu(gate) * up, w).flatten(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_fused_mlp_gives_down_its_gate_and_up(monkeypatch):
+    """A fused MLP hands [gate | up] to down_proj with gated=True: compiled at one row with the twin standing in for
+    the kernel, and eager, it equals the unfused MLP (silu(gate) * up, then down)."""
+    from specdec.decoder.model import MLP, ModelConfig
+    monkeypatch.setattr(gemv, "runs_on", lambda x: x.numel() == x.shape[-1])
+    seen = []
+    monkeypatch.setattr(gemv, "partials", lambda x, w, tile, gated=False: seen.append((tuple(x.shape), gated))
+                        or gemv.reference_partials(x, w, tile, gated))
+    monkeypatch.setattr(gemv, "TILES", {(64, 96): gemv.Tile(4, 16, 2)})
+    cfg = ModelConfig(vocab_size=32, hidden_size=64, intermediate_size=96, num_hidden_layers=1,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, model_type="llama")
+    torch.manual_seed(0)
+    mlp = MLP(cfg)
+    x1, x3 = torch.randn(1, 1, 64), torch.randn(1, 3, 64)
+    ref1, ref3 = mlp(x1), mlp(x3)  # unfused, eager
+    mlp.fuse()
+    torch._dynamo.reset()
+    f = torch.compile(mlp, backend="eager", dynamic=False)
+    torch.testing.assert_close(f(x1), ref1, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(f(x3), ref3, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(mlp(x1), ref1, rtol=1e-5, atol=1e-5)
+    assert seen == [((1, 1, 192), True)]  # the one-row down projection only, handed [gate | up]
+    torch._dynamo.reset()
+
+
 def test_the_committed_tiles_fit_their_shapes():
     """Every tile in the committed file cuts its own weight shape evenly (else it would never run)."""
     if not gemv.TUNED.exists():
@@ -75,9 +116,9 @@ def test_a_compiled_linear_of_a_tuned_shape_takes_the_split_kernel(monkeypatch):
     KERNEL_GEMV off keep their paths; every answer equals F.linear."""
     calls = []
 
-    def twin(x, w, tile):
+    def twin(x, w, tile, gated=False):
         calls.append((tuple(w.shape), tile))
-        return gemv.reference_partials(x, w, tile)
+        return gemv.reference_partials(x, w, tile, gated)
 
     monkeypatch.setattr(gemv, "runs_on", lambda x: x.numel() == x.shape[-1])
     monkeypatch.setattr(gemv, "partials", twin)
@@ -139,8 +180,11 @@ def test_the_kernel_computes_its_twin_on_gpu(dtype):
     w = torch.randn(4096, 2048, device="cuda", dtype=dtype) * 0.02
     x = torch.randn(1, 1, 2048, device="cuda", dtype=dtype)
     tol = 1e-4 if dtype == torch.float32 else 1e-2  # one split's product is rounded to bf16: an ulp apart at most
+    gate_up = torch.randn(1, 1, 4096, device="cuda", dtype=dtype)  # the MLP's [gate | up] for K = 2048
     for tile in (gemv.Tile(1, 256, 1), gemv.Tile(4, 512, 4, 8, 3), gemv.Tile(16, 128, 2, 4, 1)):
         torch.testing.assert_close(gemv.partials(x, w, tile), gemv.reference_partials(x, w, tile), rtol=tol, atol=tol)
+        torch.testing.assert_close(gemv.partials(gate_up, w, tile, gated=True),
+                                   gemv.reference_partials(gate_up, w, tile, gated=True), rtol=tol, atol=tol)
 
 
 @needs_gpu
@@ -152,7 +196,7 @@ def test_a_compiled_linear_takes_the_kernel_on_gpu(monkeypatch):
     monkeypatch.setattr(gemv, "TILES", {(4096, 2048): tile})
     calls = []
     real = gemv.partials
-    monkeypatch.setattr(gemv, "partials", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(gemv, "partials", lambda *a, **k: calls.append(1) or real(*a, **k))
     x = torch.randn(1, 1, 2048, device="cuda")
     torch._dynamo.reset()
     y = torch.compile(lin, dynamic=False)(x)
@@ -179,7 +223,8 @@ def test_a_compiled_model_of_tuned_shapes_computes_the_eager_logits_on_gpu(monke
         pytest.skip(f"no tuned tiles for this model's shapes on {torch.cuda.get_device_name()}")
     calls = []
     real = gemv.partials
-    monkeypatch.setattr(gemv, "partials", lambda x, w, tile: calls.append(tuple(w.shape)) or real(x, w, tile))
+    monkeypatch.setattr(gemv, "partials", lambda x, w, tile, gated=False: calls.append(tuple(w.shape))
+                        or real(x, w, tile, gated))
     ids = torch.randint(0, 4096, (1, 8), device="cuda")
     with torch.no_grad():
         cache = KVCache.for_model(model, 1, 64).rows(0, 1, 64)

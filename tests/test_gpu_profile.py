@@ -43,7 +43,7 @@ def test_every_swap_is_put_back():
     with gpu_profile.Swap(sdpa=True, cublas=True, sampling_path=True, cdt=True, linear=lambda *a: None,
                           inductor={"realize_opcount_threshold": 8}, kernel_attention=False, rope_in_kernel=True,
                           norm_apart=True, gemv=not model_mod.KERNEL_GEMV, rope_once=not model_mod.ROPE_ONCE):
-        assert model_mod.DECODE_ROWS == 0 and model_mod.Linear.forward is torch.nn.Linear.forward
+        assert model_mod.DECODE_ROWS == 0 and model_mod.Linear.forward is gpu_profile.cublas_forward
         assert not model_mod.KERNEL_ATTENTION  # the written-out attention, even on a GPU
         assert model_mod.ROPE_IN_KERNEL and model_mod.RMSNorm.forward is gpu_profile.norm_apart_forward
         assert model_mod.KERNEL_GEMV is not saved[-2] and model_mod.ROPE_ONCE is not saved[-1]

@@ -69,3 +69,19 @@ def test_top_p_and_top_k_truncate_per_row():
     assert torch.allclose(out[0, 0], torch.tensor([0.5, 0.3, 0, 0]) / 0.8)  # 0.5 < 0.7, 0.8 reaches it
     assert torch.allclose(out[1, 0], probs[1, 0])  # top_p 1: nothing cut
     assert torch.allclose(out[2, 0], torch.tensor([1.0, 0, 0, 0]))  # top_k 1
+
+
+@pytest.mark.parametrize("V", [128256, 151936, 50257, 96])
+def test_argmax_in_two_passes_is_torchs_argmax(V):
+    """verify.argmax compiled (each slice's maximum, then the best slice) picks what logits.argmax(-1) picks, the
+    first of equal maxima included: logits rounded to few values tie everywhere, in bf16 and fp32, [B, V] and
+    [B, T, V]."""
+    torch.manual_seed(V)
+    f = torch.compile(torch_rules.argmax, backend="eager", dynamic=False, fullgraph=True)
+    for shape in ((3, V), (2, 4, V)):
+        for dtype in (torch.float32, torch.bfloat16):
+            x = (torch.randn(shape) * 2).round().to(dtype)  # a handful of values: every maximum has ties
+            x[0, ..., -1] = 100.0  # a maximum in the last slice
+            x.view(-1, V)[-1, 7] = x.view(-1, V)[-1, V // 2] = 100.0  # two equal maxima in different slices
+            assert torch.equal(f(x), x.argmax(-1)), (shape, dtype)
+    torch._dynamo.reset()

@@ -8,7 +8,8 @@ takes `rows` outputs over one of `splits` slices of K, with a tile per weight sh
 kernel in every layer and every compile. It writes its partial dot products [splits, N] in fp32 and the caller sums
 them (compiled, inductor folds that sum into the kernel that reads y next: the residual add, the next norm); with one
 split it writes y itself. In the compiled 8B step on an H200 the projections took about what inductor's did and the
-step ran 64 fewer kernels (docs/results.md, "One-row projections in Triton").
+step ran 64 fewer kernels (docs/results.md, "One-row projections in Triton"). The MLP's down projection reads
+[gate | up] and computes silu(gate) * up as it loads (`gated`): the pointwise kernel before it goes too.
 
 Which weight shapes take the kernel, and with which tile, is measured per GPU (`benchmarks/gpu_gemv.py`: every
 candidate against inductor's reduction, on weights too many for the L2 cache) and committed in `tuned/gemv.json`; a
@@ -23,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 try:
     import triton
@@ -79,19 +81,23 @@ def tile_for(x: torch.Tensor, w: torch.Tensor) -> Tile | None:
     return tile if tile is not None and tile.fits(*w.shape) else None
 
 
-def partials(x: torch.Tensor, w: torch.Tensor, tile: Tile) -> torch.Tensor:
+def partials(x: torch.Tensor, w: torch.Tensor, tile: Tile, gated: bool = False) -> torch.Tensor:
     """Partial dot products of one row: x [.., K] (one row), w [N, K] -> [splits, N] summing to x W^T: fp32, or
-    for one split the product itself in x's dtype (nothing left to sum: no kernel after it)."""
+    for one split the product itself in x's dtype (nothing left to sum: no kernel after it). gated: x is the MLP's
+    [gate | up] [.., 2K] and the input is silu(gate) * up, computed as the kernel loads it (no kernel before it)."""
     N, K = w.shape
     out = torch.empty(tile.splits, N, device=x.device, dtype=torch.float32 if tile.splits > 1 else x.dtype)
     _gemv[(N // tile.rows, tile.splits)](x.contiguous(), w, out, N, K, K // tile.splits, ROWS=tile.rows,
-                                         CHUNK=tile.chunk, num_warps=tile.warps, num_stages=tile.stages)
+                                         CHUNK=tile.chunk, GATED=gated, num_warps=tile.warps, num_stages=tile.stages)
     return out
 
 
-def reference_partials(x: torch.Tensor, w: torch.Tensor, tile: Tile) -> torch.Tensor:
+def reference_partials(x: torch.Tensor, w: torch.Tensor, tile: Tile, gated: bool = False) -> torch.Tensor:
     """What `partials` computes, written out in torch (its CPU twin): [splits, N], fp32 or (one split) x's dtype."""
     N, K = w.shape
+    if gated:  # silu(gate) * up in fp32, rounded once to x's dtype (as inductor computes the pointwise product)
+        gate, up = x.reshape(2, K).float()
+        x = (F.silu(gate) * up).to(x.dtype)
     xs = x.reshape(tile.splits, K // tile.splits).float()  # [splits, K/splits]
     out = (w.float().view(N, tile.splits, K // tile.splits) * xs).sum(-1).T  # [splits, N]
     return out if tile.splits > 1 else out.to(x.dtype)
@@ -108,14 +114,18 @@ def record(gpu: str, shapes: dict[tuple[int, int], Tile], path: Path = TUNED) ->
 if triton is not None:
 
     @triton.jit
-    def _gemv(X, W, Out, N, K, K_SPLIT, ROWS: tl.constexpr, CHUNK: tl.constexpr):
-        """Program (i, j): outputs i*ROWS.. over the j-th slice of K; the tile fits the weight (no masks)."""
+    def _gemv(X, W, Out, N, K, K_SPLIT, ROWS: tl.constexpr, CHUNK: tl.constexpr, GATED: tl.constexpr):
+        """Program (i, j): outputs i*ROWS.. over the j-th slice of K; the tile fits the weight (no masks). GATED: X is
+        [gate | up] (2K) and the input silu(gate) * up, rounded to X's dtype as the unfused product would be."""
         rn = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
         start = tl.program_id(1) * K_SPLIT
         acc = tl.zeros((ROWS, CHUNK), dtype=tl.float32)  # elementwise products, summed once at the end
         for k0 in range(start, start + K_SPLIT, CHUNK):
             rk = k0 + tl.arange(0, CHUNK)
             x = tl.load(X + rk).to(tl.float32)
+            if GATED:
+                up = tl.load(X + K + rk).to(tl.float32)
+                x = (x * tl.sigmoid(x) * up).to(X.dtype.element_ty).to(tl.float32)
             w = tl.load(W + rn[:, None] * K + rk[None, :], eviction_policy="evict_first")  # read once: keep L2 for x
             acc += w.to(tl.float32) * x[None, :]
         tl.store(Out + tl.program_id(1) * N + rn, tl.sum(acc, 1).to(Out.dtype.element_ty))

@@ -97,16 +97,22 @@ class Linear(nn.Linear):
     full memory bandwidth; cuBLAS's one-row kernels leave more of it unused (docs/results.md, the section
     "Where a batch-1 step's time goes"). On a GPU with tuned tiles (KERNEL_GEMV), gemv.py's kernel instead."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not (torch.compiler.is_compiling() and x.numel() == x.shape[-1]):
-            return super().forward(x)
-        tile = gemv.tile_for(x, self.weight) if KERNEL_GEMV else None
-        if tile is None:
+    def forward(self, x: torch.Tensor, gated: bool = False) -> torch.Tensor:
+        """gated: x is the MLP's [gate | up] [.., 2 x in_features] and the input is silu(gate) * up (SwiGLU), which
+        gemv.py's kernel computes as it loads x (one kernel fewer a layer)."""
+        one_row = torch.compiler.is_compiling() and x.numel() == x.shape[-1]
+        tile = gemv.tile_for(x, self.weight) if one_row and KERNEL_GEMV else None
+        if tile is not None and tile.splits == 1 and self.bias is None:  # the kernel wrote the product, x's dtype
+            return gemv.partials(x, self.weight, tile, gated).view(*x.shape[:-1], -1)
+        if tile is not None:  # split along K: [splits, N] -> [N], a sum inductor folds into the kernel that reads y
+            y = gemv.partials(x, self.weight, tile, gated).float().sum(0)
+        else:
+            if gated:
+                gate, up = x.chunk(2, dim=-1)
+                x = F.silu(gate) * up
+            if not one_row:
+                return super().forward(x)
             y = (x.reshape(1, -1).float() * self.weight.float()).sum(-1)  # [N]: one dot product per output
-        elif tile.splits == 1 and self.bias is None:  # gemv.py's kernel wrote the product itself, in x's dtype
-            return gemv.partials(x, self.weight, tile).view(*x.shape[:-1], -1)
-        else:  # split along K (gemv.py): [splits, N] -> [N], a sum inductor folds into the kernel that reads y
-            y = gemv.partials(x, self.weight, tile).float().sum(0)
         if self.bias is not None:
             y = y + self.bias.float()
         return y.to(x.dtype).view(*x.shape[:-1], -1)
@@ -254,9 +260,8 @@ class MLP(nn.Module):
         del self.gate_proj, self.up_proj
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if hasattr(self, "gate_up_proj"):
-            gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-            return self.down_proj(F.silu(gate) * up)
+        if hasattr(self, "gate_up_proj"):  # down_proj applies silu(gate) * up to [gate | up] itself (Linear's gated)
+            return self.down_proj(self.gate_up_proj(x), gated=True)
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 

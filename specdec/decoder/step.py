@@ -18,7 +18,7 @@ import torch
 
 from specdec.decoder.kv_cache import KVCache
 from specdec.decoder.tree import TreeDrafts, ancestors, path_nodes, visible_slots
-from specdec.decoder.verify import accept, greedy_accept, sample, token_probs, tree_accept, tree_greedy_accept
+from specdec.decoder.verify import accept, argmax, greedy_accept, sample, token_probs, tree_accept, tree_greedy_accept
 
 
 @dataclass
@@ -128,7 +128,7 @@ def plain_step_hidden(target, cache: KVCache, rows: Rows, u: torch.Tensor | None
     if rows.sampling:
         emitted = sample(rows.probs(logits)[:, 0], u).unsqueeze(1)
     else:  # every row greedy: the argmax, which is what sampling its one-hot distribution returns
-        emitted = logits.argmax(-1)
+        emitted = argmax(logits)
     return emitted, commit(rows, cache, emitted, torch.ones_like(rows.n_new)), hidden
 
 
@@ -146,7 +146,7 @@ def verify(target, cache: KVCache, rows: Rows, drafts: torch.Tensor, q: torch.Te
     if forced is not None:  # the forced drafts, then the target's own token after them: what it reads is kept
         accepted = forced.clamp(max=k)
         after = logits.gather(1, accepted.view(-1, 1, 1).expand(-1, 1, logits.shape[-1]))  # [B, 1, V]
-        next_token = sample(rows.probs(after)[:, 0], u[:, k]) if rows.sampling else after[:, 0].argmax(-1)
+        next_token = sample(rows.probs(after)[:, 0], u[:, k]) if rows.sampling else argmax(after[:, 0])
     elif rows.sampling or q is not None:
         accepted, next_token = accept(drafts, q, rows.probs(logits), u)
     else:  # every row greedy and the drafts deterministic: the same rule read off the argmax

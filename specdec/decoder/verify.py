@@ -14,6 +14,21 @@ import torch
 import torch.nn.functional as F
 
 
+def argmax(logits: torch.Tensor) -> torch.Tensor:
+    """logits.argmax(-1), the first of equal maxima. Compiled, in two passes over the vocabulary: each slice of 256
+    logits' maximum, in parallel, then the best slice; inductor computes one argmax over 128k logits in one program
+    (16 us of a batch-1 step on an H200: docs/results.md, "Where a batch-1 step's time goes")."""
+    V = logits.shape[-1]
+    width = 256
+    while V % width:  # the widest slice (a power of two) that cuts V evenly
+        width //= 2
+    if width == 1 or not torch.compiler.is_compiling():
+        return logits.argmax(-1)
+    best, at = logits.unflatten(-1, (V // width, width)).max(-1)  # [..., V/width]: each slice's first maximum
+    slice_ = best.argmax(-1, keepdim=True)  # the first slice holding the maximum
+    return (slice_ * width + at.gather(-1, slice_)).squeeze(-1)
+
+
 def truncate(probs: torch.Tensor, top_p: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
     """Keep each row's top_k most likely tokens (0 = all) and the smallest set whose mass reaches
     top_p; renormalise. probs [B, T, V], top_p [B], top_k [B] -> [B, T, V]."""
@@ -77,7 +92,7 @@ def greedy_accept(drafts: torch.Tensor, target_logits: torch.Tensor):
     target_logits [B, k+1, V] -> accepted [B] (leading drafts equal to the argmax), next_token [B]
     (the argmax after them). Read straight off the argmax: no distributions over the vocabulary."""
     B, k = drafts.shape
-    best = target_logits.argmax(-1)  # [B, k+1]
+    best = argmax(target_logits)  # [B, k+1]
     accepted = (drafts == best[:, :k]).int().cumprod(1).sum(1)
     return accepted, best.gather(1, accepted.unsqueeze(1)).squeeze(1)
 
@@ -111,7 +126,7 @@ def tree_greedy_accept(tokens: torch.Tensor, parents: torch.Tensor, depths: torc
     while there is one (siblings differ, so at most one is). tokens, parents, depths [B, N] with the root as node 0
     (parent -1, depth 0); target_logits [B, N, V]; anc [B, N, N] (tree.ancestors), when the caller has it. Returns
     accepted [B] (the last accepted node's depth), last [B] (that node) and next_token [B] (the target's argmax there)."""
-    best = target_logits.argmax(-1)  # [B, N]
+    best = argmax(target_logits)  # [B, N]
     up = parents.clamp(min=0)
     agrees = (tokens == best.gather(1, up)) | (parents < 0)  # the root is always "accepted"
     if anc is not None:  # a node is on the walk when it and every ancestor agree: read off the ancestor rows at once
