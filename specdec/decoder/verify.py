@@ -16,15 +16,17 @@ import torch.nn.functional as F
 
 def argmax(logits: torch.Tensor) -> torch.Tensor:
     """logits.argmax(-1), the first of equal maxima. Compiled, in two passes over the vocabulary: each slice of 256
-    logits' maximum, in parallel, then the best slice; inductor computes one argmax over 128k logits in one program
-    (16 us of a batch-1 step on an H200: docs/results.md, "Where a batch-1 step's time goes")."""
+    logits' maximum, in parallel, then the best slice: inductor computes one argmax over 128k logits in one program
+    (16 us of the 1B's compiled step on an H200, benchmarks/results/gpu_profile/stable_repeat_1b/kernels.json; the
+    two passes were not timed apart from the rest of that session's changes)."""
     V = logits.shape[-1]
     width = 256
     while V % width:  # the widest slice (a power of two) that cuts V evenly
         width //= 2
     if width == 1 or not torch.compiler.is_compiling():
         return logits.argmax(-1)
-    best, at = logits.unflatten(-1, (V // width, width)).max(-1)  # [..., V/width]: each slice's first maximum
+    # [..., V/width]: each slice's first maximum (reshape: unflatten's super() call breaks dynamo's trace)
+    best, at = logits.reshape(*logits.shape[:-1], V // width, width).max(-1)
     slice_ = best.argmax(-1, keepdim=True)  # the first slice holding the maximum
     return (slice_ * width + at.gather(-1, slice_)).squeeze(-1)
 
