@@ -127,9 +127,15 @@ def floor_ms(shape: str, plan: Plan, bandwidth: float) -> float:
 def environment(plan: Plan) -> dict:
     import torch
 
+    from specdec.serving.measure.machine import cpu_name
+
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+    # a working tree with changes to tracked files measures more than its commit: say so beside it
+    changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                             text=True, cwd=ROOT).stdout.split("\n")
     return {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "torch": torch.__version__,
             "device": torch.cuda.get_device_name() if plan.gpu else "cpu", "commit": commit.stdout.strip(),
+            "changed_files": sorted(line[3:] for line in changed if line.strip()), "cpu": cpu_name(),
             "plan": asdict(plan)}
 
 
@@ -156,8 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     cache = args.cache_dir or tempfile.mkdtemp(prefix="specdec-compile-")
     env = {**os.environ, "SPECDEC_COMPILE_DIR": cache, "PYTHONPATH": str(ROOT)}
     run.results["env"] = environment(plan)
-    run.log(f"{run.results['env']['device']}, torch {run.results['env']['torch']}, commit "
-            f"{run.results['env']['commit']}; compile cache {cache}")
+    e = run.results["env"]
+    changed = f" with {len(e['changed_files'])} files changed ({', '.join(e['changed_files'])})" if e["changed_files"] else ""
+    run.log(f"{e['device']}, torch {e['torch']}, commit {e['commit']}{changed}; {e['cpu']}; compile cache {cache}")
     if plan.gpu:
         import torch
         from gpu_bench import copy_bandwidth  # benchmarks/ is this script's directory

@@ -40,6 +40,7 @@ from sglang_zoo_check import PROMPTS as CHECK_PROMPTS  # noqa: E402  (benchmarks
 
 from specdec.serving.measure.bench import SweepConfig, format_sweep, run_sweep  # noqa: E402
 from specdec.serving.measure.compare import compare, crossovers, format_comparison  # noqa: E402
+from specdec.serving.measure.machine import cpu_name  # noqa: E402
 from specdec.serving.ops.launch import LaunchConfig  # noqa: E402
 from specdec.serving.ops.lifecycle import ServerError, launch  # noqa: E402
 
@@ -216,15 +217,15 @@ def tpot_at_context(url: str, context: int = 512, new: int = 256, reps: int = 3)
     ids = [(7 * i + 11) % 4000 + 10 for i in range(context)]
 
     def e2e(n):
-        best = []
-        for _ in range(reps):
-            body = {"input_ids": ids, "sampling_params": {"temperature": 0, "max_new_tokens": n, "ignore_eos": True}}
-            best.append(requests.post(url + "/generate", json=body, timeout=300).json()["meta_info"]["e2e_latency"])
-        return min(best)
+        body = {"input_ids": ids, "sampling_params": {"temperature": 0, "max_new_tokens": n, "ignore_eos": True}}
+        return [requests.post(url + "/generate", json=body, timeout=300).json()["meta_info"]["e2e_latency"]
+                for _ in range(reps)]
 
     requests.post(url + "/flush_cache", timeout=30)
-    one, full = e2e(1), e2e(new)
-    return {"context": context, "new_tokens": new, "e2e_1": one, "e2e_new": full, "tpot_s": (full - one) / (new - 1)}
+    ones, fulls = e2e(1), e2e(new)
+    one, full = min(ones), min(fulls)  # the best of the repeats; every repeat kept, to show how much they moved
+    return {"context": context, "new_tokens": new, "e2e_1": one, "e2e_new": full, "e2e_1_all": ones,
+            "e2e_new_all": fulls, "tpot_s": (full - one) / (new - 1)}
 
 
 def env_report(out: Path) -> None:
@@ -234,6 +235,8 @@ def env_report(out: Path) -> None:
                                              "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
     except OSError:
         pass
+    # the host's CPU: a batch-1 step at this size waits on the host's launches, so a slower CPU shows in the timings
+    info["cpu"] = f"{cpu_name()} x {os.cpu_count()}"
     for mod in ("torch", "transformers", "sglang", "flashinfer", "triton", "nbclient", "ipykernel", "matplotlib",
                 "fastapi", "uvicorn", "tqdm", "requests", "tokenizers", "safetensors", "nbformat", "jupyter_client"):
         try:

@@ -36,6 +36,8 @@ def test_the_fast_path_benchmark_runs_on_the_cpu(tmp_path, monkeypatch):
     assert "tiny, --compile-scope layers: default path" in log and "--compile-scope step:" not in log
     assert "not compiled" in log
     assert not (tmp_path / "home" / ".cache").exists()  # nothing written to the user's home
+    # the machine and the tree it measured: a changed tracked file would be named beside the commit
+    assert res["env"]["cpu"] and isinstance(res["env"]["changed_files"], list)
 
     monkeypatch.syspath_prepend(str(BENCH))
     import gpu_fast_path

@@ -40,3 +40,31 @@ def test_with_a_total_the_anchor_runs_first_and_ours_gets_what_is_left(monkeypat
     assert run_decode(monkeypatch, tmp_path, 330, 570, 200) == [("sglang", "8b"), ("ours", 330.0)]
     assert run_decode(monkeypatch, tmp_path, 330, 570, 300) == [("sglang", "8b"), ("ours", 240.0)]
     assert run_decode(monkeypatch, tmp_path, 330, 570, 500) == [("sglang", "8b")]  # too little left: ours skipped
+
+
+def test_sglangs_time_per_token_is_the_best_repeat_and_keeps_every_repeat(monkeypatch):
+    """gpu_lab3.tpot_at_context (the anchor's figure): (best e2e at 256 tokens - best at 1) / 255, every repeat kept
+    (SGLang's figure moved 1.26 to 1.84 ms between calls on one day: the repeats show whether it moved within one)."""
+    import gpu_lab3
+
+    times = {1: [0.030, 0.020, 0.025], 256: [0.60, 0.55, 0.58]}
+    posted = []
+
+    class Reply:
+        def __init__(self, n):
+            self.n = n
+
+        def json(self):
+            return {"meta_info": {"e2e_latency": times[self.n][sum(1 for p in posted if p == self.n) - 1]}}
+
+    def post(url, json=None, timeout=None):
+        if url.endswith("/generate"):
+            n = json["sampling_params"]["max_new_tokens"]
+            posted.append(n)
+            return Reply(n)
+        return Reply(None)
+
+    monkeypatch.setattr(gpu_lab3.requests, "post", post)
+    got = gpu_lab3.tpot_at_context("http://x", context=8, new=256, reps=3)
+    assert got["e2e_1_all"] == times[1] and got["e2e_new_all"] == times[256]
+    assert abs(got["tpot_s"] - (0.55 - 0.020) / 255) < 1e-12
