@@ -7,7 +7,6 @@ import tempfile
 from pathlib import Path
 
 import pytest
-import torch
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no test may download anything
@@ -22,7 +21,6 @@ else:
 # One CPU thread, here and in every process a test starts (servers, kernels, the CLI): the tiny models
 # gain nothing from more, and on a busy 2-core machine threads spin against each other (10x slower steps).
 os.environ["OMP_NUM_THREADS"] = "1"
-torch.set_num_threads(1)
 # Ctrl-C as in a terminal, even where the test run was started with SIGINT ignored (a background job, nohup):
 # the tests of Ctrl-C rely on it, and the servers and rooms they start inherit it
 signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -32,9 +30,22 @@ signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.dont_write_bytecode = False
 
 
+def pytest_configure(config):
+    """torch with one thread where tests run: in each pytest-xdist worker, or in a run without workers. The
+    controller of `-n 2` runs none and does not import torch, which it did before starting the workers (1 to
+    3 s of every run's start, the first import in a clean clone compiling torch's bytecode)."""
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        return
+    import torch
+
+    torch.set_num_threads(1)
+
+
 @pytest.fixture(scope="session")
 def tiny_bundle():
     """The shipped zoo in fp32 on the CPU, every part loaded."""
+    import torch
+
     from specdec.zoo import load_bundle
 
     return load_bundle("tiny", device="cpu", dtype=torch.float32)
