@@ -293,7 +293,7 @@ def render() -> str:
         goals += (f"\n- {shape}, the default path (start 2, `--compile-scope step`): {tpot:.3f} ms a token, "
                   f"{tpot / floor:.3f}x the floor (goal <= {most_floor}x) and {theirs / tpot:.2f}x SGLang's speed "
                   f"(goal >= {least_sglang}x): {'met' if ok else 'missed'}.")
-        others = [load(f"gpu_fast_path_sglang/{OTHER_CALLS}/{f.name}") for f in
+        others = [json.loads(f.read_text()) for f in
                   sorted((RESULTS / "gpu_fast_path_sglang" / OTHER_CALLS).glob(f"*sglang_{shape}.json"))]
         spread = [theirs] + [v["tpot_s"] * 1e3 for o in others for v in o.get("tpot_512", {}).values()]
         if len(spread) > 1:  # SGLang's figure moved between calls and machines more than the goal's margin

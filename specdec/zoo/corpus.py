@@ -51,8 +51,8 @@ def stdlib_modules(root: Path | None = None) -> list[Path]:
         for name in files:
             if not name.endswith(".py"):
                 continue
-            rel = here / name
-            if set(rel.parts[:-1]) & EXCLUDED_DIRS or rel.parts[0].startswith("config-"):
+            rel = here / name  # its folders passed the walk's filter; a top-level config-* file is left out too
+            if here.parts == () and name.startswith("config-"):
                 continue
             if (root / rel).stat().st_size > MAX_FILE_BYTES:
                 continue
