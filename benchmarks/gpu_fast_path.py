@@ -223,6 +223,7 @@ def summary(run: Run, shape: str, scope: str, starts: list[dict]) -> None:
 
 # issue 21's goals for the default path: (at most this many times the floor, at least this many times SGLang's speed)
 GOALS = {"8b": (1.20, 1.15), "1b": (1.8, 1.4)}
+FINAL_8B = "2026-11-29_final_8b"  # the 8B default path of the code after the gated down projection and two-pass argmax
 OTHER_CALLS = "2026-11-29_other_calls"  # the day's other calls of gpu_fast_path_sglang.py, kept beside the rows'
 RESULTS = ROOT / "benchmarks" / "results"
 
@@ -300,6 +301,32 @@ def render() -> str:
             goals += (f" SGLang's figure for this shape in the same day's other calls: "
                       f"{', '.join(f'{ms:.3f}' for ms in spread[1:])} ms; against the lowest, "
                       f"{tpot:.3f} ms would be {min(spread) / tpot:.2f}x (across calls: not the goal's measure).")
+    later = load(f"gpu_fast_path_sglang/{FINAL_8B}/gpu_fast_path.json")
+    sg = load(f"gpu_fast_path_sglang/{FINAL_8B}/sglang.json") or {}
+    if later and "8b" in later.get("floor", {}) and sg.get("tpot_512"):  # the code after the 8B rows above, later
+        theirs = next(iter(sg["tpot_512"].values()))["tpot_s"] * 1e3
+        tpot = next(e["tpot_ms"] for e in later["runs"] if e["variant"] == "start 2 (step)")
+        floor, (most_floor, least_sglang) = later["floor"]["8b"], GOALS["8b"]
+        ok = tpot / floor <= most_floor and theirs / tpot >= least_sglang
+        was, was_floor, was_sglang = default_path("8b")
+        goals += (f"\n- 8b, the code after these rows (the gated down projection and the two-pass argmax, measured above "
+                  f"only on the 1B), in a later call ({later['env']['date'][:10]}, the device's git printed "
+                  f"{later['env']['commit']} with only benchmark and results files changed; results "
+                  f"`benchmarks/results/gpu_fast_path_sglang/{FINAL_8B}/`): {tpot:.3f} ms a token, floor {floor:.3f} ms, "
+                  f"SGLang {theirs:.3f} ms: {tpot / floor:.3f}x the floor and {theirs / tpot:.2f}x SGLang's speed: "
+                  f"{'met' if ok else 'missed'}. Against the rows above: ours {tpot / was - 1:+.1%}, the floor "
+                  f"{floor / was_floor - 1:+.1%}, SGLang {theirs / was_sglang - 1:+.1%} (the two changes "
+                  "were not measured apart on the 8B).")
+        ab = {side: [e["tpot_ms"] for f in sorted((RESULTS / "gpu_fast_path_sglang" / FINAL_8B / "ab").glob(f"{side}_*.json"))
+                     for e in json.loads(f.read_text())["runs"] if e["variant"].startswith("start") and "(step)" in e["variant"]]
+              for side in ("old", "new")}
+        if all(ab.values()):
+            goals += (f" In the next call, that code and fa0b6fa's interleaved on one machine (no SGLang; "
+                      f"`{FINAL_8B}/ab/`, the log has two more of fa0b6fa's starts): fa0b6fa "
+                      f"{', '.join(f'{t:.3f}' for t in ab['old'])} ms, this code {', '.join(f'{t:.3f}' for t in ab['new'])} ms "
+                      f"({statistics.median(ab['new']) / statistics.median(ab['old']) - 1:+.1%}). So the 8B's down projection "
+                      "is no longer gated (`tuned/gemv.json`: only the 1B's tile is); that code, fa0b6fa's 8B path with the "
+                      "two-pass argmax, has not been measured.")
     return f"""### The default `specdec decode` path on random weights
 
 {provenance(["benchmarks/results/gpu_fast_path.json"], data["env"]["device"], "`benchmarks/gpu_fast_path.py`",

@@ -163,7 +163,8 @@ def sweep_one(kind: str, name: str, srv, args, out: Path, pyspy: str | None = No
     min_run_s), its sweep written to `out`; ours sampled by py-spy if given (benchmarks/pyspy.py: every thread, or
     native frames, or only the GIL's holder). -> (the sweep, ours: the engine thread's loop_seconds over it)."""
     cfg = SweepConfig(srv.url, tuple(args.categories), tuple(args.concurrency), args.max_new_tokens,
-                      warmup=args.warmup, min_run_s=args.min_run_s)
+                      warmup=args.warmup, min_run_s=args.min_run_s,
+                      requests_per_run=getattr(args, "requests_per_run", None))  # gpu_serve_scale has no such flag
     file = name.replace(",", "-")
     if pyspy and kind == "ours":
         from pyspy import record, summarize
@@ -278,6 +279,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--categories", type=lambda s: s.split(","), default=list(CATEGORIES))
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--min-run-s", type=float, default=5.0, help="each timed run lasts at least this long")
+    ap.add_argument("--requests-per-run", type=int, default=None, help="requests of each category's run (default: "
+                    "two waves); with --min-run-s 0 and the category's prompt count, every shape decodes the same "
+                    "prompts, each once (a fixed workload: a time floor gives a faster shape more of its fast prompts)")
     ap.add_argument("--max-running", type=int, default=16, help="rows of each server's running batch")
     ap.add_argument("--warmup", type=int, default=4)
     ap.add_argument("--method", choices=sorted(DRAFTERS), default="eagle", help="the zoo's drafter: its EAGLE head "
@@ -310,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
                                           "shapes": [list(s) for s in shapes], "concurrency": args.concurrency,
                                           "categories": args.categories, "max_new_tokens": args.max_new_tokens,
                                           "min_run_s": args.min_run_s, "max_running": args.max_running,
+                                          "requests_per_run": args.requests_per_run,
                                           "cpu_smoke": args.cpu_smoke}}
     say("env", json.dumps(summary["env"]))
     os.environ.setdefault("SPECDEC_RUN_DIR", str(out / "run"))
@@ -554,6 +559,10 @@ def render_mtp32() -> str:
         eagle_line = ("- For comparison, the EAGLE head's tree 15,4,16 against its chain 15,1,16 (the deep sweep above): "
                       + "; ".join(sides) + f". On both servers its +0.5 {holds(pooled_all)} pooled over verify steps "
                       f"and {holds(mean_all)} as the categories' mean.\n")
+    fixed, fixed_line = load(f"{FIXED['mtp']}/summary.json"), ""
+    if fixed and (at32 := fixed_gains(fixed).get(32)):
+        fixed_line = ('; on one fixed workload ("Trees against chains on one workload", below) the best tree is ahead: '
+                      + ", ".join(f"{'SGLang' if kind == 'sglang' else 'ours'} {t - c:+.2f}" for kind, (_, t, c) in at32.items()))
     return f"""### The MTP layer at 32 verified tokens
 
 {provenance(files, "one NVIDIA H200", "`benchmarks/gpu_tree_sweep.py --method mtp --shapes 31,1,32:15,4,32:15,8,32 --concurrency 1`", ["benchmarks/logs/gpu_tree_sweep_mtp32.log"], files)}
@@ -573,7 +582,9 @@ steps over the run, from each server's own counters.
   {best['ours'][1]} on ours): the goal's +0.5, met there. On the predictable prompts the chain of 31 keeps runs of
   sure tokens that no tree 15 deep can hold, and it wins by several tokens a step. Over all three categories (pooled
   or the categories' mean) the best tree is {max(overall):+.2f} against the chain: {"behind" if max(overall) < 0 else
-  "ahead"}. So with the MTP layer the tree's gain is per category, not overall.
+  "ahead"}. So with the MTP layer the tree's gain is per category, not overall, in these runs: their pooled figures
+  weigh each shape's categories by how many requests its 5-s runs held (more of the fast predictable ones for the
+  chain){fixed_line}.
 {eagle_line}"""
 
 
@@ -730,3 +741,67 @@ batch it ran below it (`ServerInfo.step_time_at`).
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+FIXED = {"mtp": "gpu_tree_fixed_mtp", "eagle": "gpu_tree_fixed_eagle"}
+
+
+def fixed_gains(data: dict) -> dict:
+    """One fixed-workload summary: per number of verified tokens, the chain (num_draft_tokens - 1, 1, n) and, per
+    server, its best tree by accept length: {n: {kind: (tree, tree's, chain's)}}."""
+    out: dict = {}
+    for s, k, n in data["settings"]["shapes"]:
+        chain = key((n - 1, 1, n))
+        for kind in KINDS:
+            t, c = at(data, kind, key((s, k, n))).get("accept_length_sglang"), at(data, kind, chain).get("accept_length_sglang")
+            if k > 1 and t and c and t > out.setdefault(n, {}).get(kind, (None, -1.0))[1]:
+                out[n][kind] = (key((s, k, n)), t, c)
+    return out
+
+
+def render_fixed() -> str:
+    """Both drafters' trees against their chains on one fixed workload (every shape decodes the same prompts once)."""
+    from page import load, provenance, table
+
+    runs = {m: load(f"{f}/summary.json") for m, f in FIXED.items()}
+    if not all(runs.values()):
+        return ""
+    rows, lines, apart = [], [], []
+    for method, data in runs.items():
+        cats = data["settings"]["categories"]
+        for shape in data["settings"]["shapes"]:
+            name = key(tuple(shape))
+            g, o = at(data, "sglang", name), at(data, "ours", name)
+            gap = o["accept_length_sglang"] / g["accept_length_sglang"] - 1
+            apart.append((abs(gap), method, name))
+            rows.append([method, name, g["accept_length_sglang"], o["accept_length_sglang"], f"{gap:+.1%}"]
+                        + [f"{a:.2f} / {b:.2f}" for a, b in zip(g["metrics_accept_length"], o["metrics_accept_length"])])
+        for n, best_of in fixed_gains(data).items():
+            sides = [f"{'SGLang' if kind == 'sglang' else 'ours'} {t:.2f} ({tree}) vs {c:.2f} ({t - c:+.2f})"
+                     for kind, (tree, t, c) in best_of.items()]
+            met = all(t - c >= 0.5 for _, t, c in best_of.values()) and len(best_of) == 2
+            lines.append(f"- {DRAFTER_NAMES[method]}, {n} verified tokens, the best tree against the chain "
+                         f"{key((n - 1, 1, n))}: " + "; ".join(sides) + f": {'+0.5 met on both' if met else 'short of +0.5'}")
+    settings = runs["mtp"]["settings"]
+    files = [f"benchmarks/results/{f}/summary.json" for f in FIXED.values()]
+    over = [f"{m} {n} {gap:.1%}" for gap, m, n in sorted(apart, reverse=True) if gap > 0.05]
+    cats = ", ".join(settings["categories"])
+    return f"""### Trees against chains on one workload: both drafters, both servers
+
+{provenance(files, "one NVIDIA H200", "`benchmarks/gpu_tree_sweep.py --requests-per-run 30 --min-run-s 0 --concurrency 1`", ["benchmarks/logs/gpu_tree_fixed.log"], files)}
+
+The sweeps above kept each category's run going for at least 5 s, so a faster shape decoded more requests, and the
+predictable category, whose requests finish fastest, weighed more in the pooled figure of a fast chain than of a
+slower tree: the shapes were not compared on the same work. Here every shape, on both servers, decodes the same
+{settings["requests_per_run"]} prompts of each category ({cats}) once, {settings["max_new_tokens"]} tokens each, greedy,
+concurrency 1 (two device calls, one per drafter; `specdec serve --compile off`, SGLang 0.5.16). Accept length =
+completion tokens / verify steps over all {3 * settings["requests_per_run"]} requests, from each server's counters; by category from its /metrics
+over the category's run (SGLang / ours).
+
+{table(["drafter", "shape", "SGLang accept length", "ours", "ours vs SGLang"] + [f"{c} (SGLang / ours)" for c in settings["categories"]], rows)}
+
+{chr(10).join(lines)}
+- Ours and SGLang within {100 * max(a for a, _, _ in apart):.1f}% on every shape pooled; over 5%: {", ".join(over) if over else "none"}.
+  Ours is above SGLang on every shape: on the EAGLE head's text study above, the gap was SGLang's bf16 target writing
+  another greedy text at near-ties, and ours on SGLang's text matched it; for the MTP layer that was not re-run.
+"""

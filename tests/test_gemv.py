@@ -75,15 +75,17 @@ def test_gated_partials_apply_silu_gate_times_up(tile):
     torch.testing.assert_close(parts.float().sum(0), F.linear(F.silu(gate) * up, w).flatten(), rtol=1e-5, atol=1e-5)
 
 
-def test_a_fused_mlp_gives_down_its_gate_and_up(monkeypatch):
+@pytest.mark.parametrize("gated", [True, False])
+def test_a_fused_mlp_gives_down_its_gate_and_up(monkeypatch, gated):
     """A fused MLP hands [gate | up] to down_proj with gated=True: compiled at one row with the twin standing in for
-    the kernel, and eager, it equals the unfused MLP (silu(gate) * up, then down)."""
+    the kernel, and eager, it equals the unfused MLP (silu(gate) * up, then down). The kernel takes [gate | up] only
+    where the down projection's tile is gated; with another tile it gets silu(gate) * up, computed before it."""
     from specdec.decoder.model import MLP, ModelConfig
     monkeypatch.setattr(gemv, "runs_on", lambda x: x.numel() == x.shape[-1])
     seen = []
     monkeypatch.setattr(gemv, "partials", lambda x, w, tile, gated=False: seen.append((tuple(x.shape), gated))
                         or gemv.reference_partials(x, w, tile, gated))
-    monkeypatch.setattr(gemv, "TILES", {(64, 96): gemv.Tile(4, 16, 2)})
+    monkeypatch.setattr(gemv, "TILES", {(64, 96): gemv.Tile(4, 16, 2, gated=gated)})
     cfg = ModelConfig(vocab_size=32, hidden_size=64, intermediate_size=96, num_hidden_layers=1,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, model_type="llama")
     torch.manual_seed(0)
@@ -96,7 +98,8 @@ def test_a_fused_mlp_gives_down_its_gate_and_up(monkeypatch):
     torch.testing.assert_close(f(x1), ref1, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(f(x3), ref3, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(mlp(x1), ref1, rtol=1e-5, atol=1e-5)
-    assert seen == [((1, 1, 192), True)]  # the one-row down projection only, handed [gate | up]
+    # the one-row down projection only: handed [gate | up] with a gated tile, silu(gate) * up with another
+    assert seen == ([((1, 1, 192), True)] if gated else [((1, 1, 96), False)])
     torch._dynamo.reset()
 
 

@@ -8,8 +8,11 @@ takes `rows` outputs over one of `splits` slices of K, with a tile per weight sh
 kernel in every layer and every compile. It writes its partial dot products [splits, N] in fp32 and the caller sums
 them (compiled, inductor folds that sum into the kernel that reads y next: the residual add, the next norm); with one
 split it writes y itself. In the compiled 8B step on an H200 the projections took about what inductor's did and the
-step ran 64 fewer kernels (docs/results.md, "One-row projections in Triton"). The MLP's down projection reads
-[gate | up] and computes silu(gate) * up as it loads (`gated`): the pointwise kernel before it goes too.
+step ran 64 fewer kernels (docs/results.md, "One-row projections in Triton"). Where its tile says so (`gated`), the
+MLP's down projection reads [gate | up] and computes silu(gate) * up as it loads: the pointwise kernel before it goes
+too, but every program computes silu over its slice of K again (N / rows programs share a slice). On an H200 the 1B's
+default path was measured with it, and the 8B's ran 3.8% slower with it than without (4.41 against 4.25 ms a token,
+interleaved in one call, `benchmarks/logs/gpu_fast_path_sglang.log`): only the 1B's tile takes it.
 
 Which weight shapes take the kernel, and with which tile, is measured per GPU (`benchmarks/gpu_gemv.py`: every
 candidate against inductor's reduction, on weights too many for the L2 cache) and committed in `tuned/gemv.json`; a
@@ -43,6 +46,7 @@ class Tile:
     splits: int
     warps: int = 4
     stages: int = 1
+    gated: bool = False  # an MLP's down projection: take [gate | up] and compute silu(gate) * up as it loads
 
     def fits(self, N: int, K: int) -> bool:
         """Whether it cuts an N x K weight evenly (the kernel has no masks)."""

@@ -99,17 +99,18 @@ class Linear(nn.Linear):
 
     def forward(self, x: torch.Tensor, gated: bool = False) -> torch.Tensor:
         """gated: x is the MLP's [gate | up] [.., 2 x in_features] and the input is silu(gate) * up (SwiGLU), which
-        gemv.py's kernel computes as it loads x (one kernel fewer a layer)."""
+        gemv.py's kernel computes as it loads x where the weight's tile is gated (one kernel fewer a layer), and a
+        pointwise product before the projection elsewhere."""
         one_row = torch.compiler.is_compiling() and x.numel() == x.shape[-1]
         tile = gemv.tile_for(x, self.weight) if one_row and KERNEL_GEMV else None
+        if gated and (tile is None or not tile.gated):  # silu(gate) * up first: a pointwise kernel of its own
+            gate, up = x.chunk(2, dim=-1)
+            x, gated = F.silu(gate) * up, False
         if tile is not None and tile.splits == 1 and self.bias is None:  # the kernel wrote the product, x's dtype
             return gemv.partials(x, self.weight, tile, gated).view(*x.shape[:-1], -1)
         if tile is not None:  # split along K: [splits, N] -> [N], a sum inductor folds into the kernel that reads y
             y = gemv.partials(x, self.weight, tile, gated).float().sum(0)
         else:
-            if gated:
-                gate, up = x.chunk(2, dim=-1)
-                x = F.silu(gate) * up
             if not one_row:
                 return super().forward(x)
             y = (x.reshape(1, -1).float() * self.weight.float()).sum(-1)  # [N]: one dot product per output
