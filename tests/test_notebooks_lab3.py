@@ -168,6 +168,20 @@ def assert_mtp_trees(out):
            if all(any(float(r[2 + i]) >= 0.5 for r in rows if r[0] == s) for s in ("SGLang", "specdec serve"))]
     assert re.search(rf"^a tree ahead by 0.5 or more on both servers for: {', '.join(won) or 'no category'}$", out,
                      re.MULTILINE), out
+    # the same work for every shape: the 5-s runs' predictable rates, then each drafter's best tree minus its chain
+    rates = re.findall(r"^ +(SGLang|specdec serve): (\d+) against (\d+) \((\d\.\d\d)x\)$", out, re.MULTILINE)
+    assert [r[0] for r in rates] == ["SGLang", "specdec serve"], out
+    assert all(abs(int(a) / int(b) - float(x)) < 0.01 for _, a, b, x in rates), rates
+    same = re.findall(r"^(MTP layer|EAGLE head), (16|32) verified tokens, +(SGLang|specdec serve): best tree (\d+,\d,\d+) "
+                      r"(\d+\.\d\d) - chain \d+,1,\d+ (\d+\.\d\d) = ([-+]\d\.\d\d)$", out, re.MULTILINE)
+    assert [r[:3] for r in same] == [(d, n, s) for d in ("MTP layer", "EAGLE head") for n in ("16", "32")
+                                     for s in ("SGLang", "specdec serve")], out
+    assert all(abs(float(t) - float(c) - float(g)) < 0.011 and int(tree.split(",")[1]) > 1 for *_, tree, t, c, g in same)
+    # the committed runs: on the same work the MTP layer's best tree of 32 is ahead of its chain on both servers
+    assert all(float(r[6]) > 0 for r in same if r[:2] == ("MTP layer", "32")), same
+    assert re.search(r"^the MTP layer's best tree of 32 on the same work: ahead on both servers \([-+]\d\.\d\d, [-+]\d\.\d\d\)$",
+                     out, re.MULTILINE), out
+    assert "your guess for the MTP layer at 32 tokens: None" in out
 
 
 def assert_where_it_pays(out):
