@@ -12,6 +12,9 @@ p + 1 (its hidden states are still its own, on that text), and everything else i
 
 usage: python benchmarks/cpu_tree_sglang_text.py
        (log: benchmarks/logs/cpu_tree_sglang_text.log, results: benchmarks/results/cpu_tree_sglang_text.json)
+       python benchmarks/cpu_tree_sglang_text.py --sweeps DIR/sweep_sglang_31-1-32.json ... --method mtp --out FILE
+       (any server's sweep files written by `benchmarks/gpu_tree_sweep.py --keep-ids`: the same study on their
+       requests, for either drafter: the server's accept length, ours on our own text, ours on the server's)
 """
 
 from __future__ import annotations
@@ -54,19 +57,51 @@ def forced(target, reference: torch.Tensor):
     return t
 
 
-def accept_length(bundle, prompt: list[int], text: list[int] | None, shape: tuple[int, int, int]) -> tuple[float, int]:
-    """(new tokens / verify steps, verify steps) of the Lab 2 decoder on one prompt, 128 tokens, batch 1; with `text`,
-    on that continuation (teacher-forced), else on its own greedy one."""
+def accept_length(bundle, prompt: list[int], text: list[int] | None, shape: tuple[int, int, int],
+                  method: str = "eagle", new_tokens: int = 128) -> tuple[float, int]:
+    """(new tokens / verify steps, verify steps) of the Lab 2 decoder on one prompt, `new_tokens` tokens, batch 1;
+    with `text`, on that continuation (teacher-forced), else on its own greedy one."""
     steps, topk, ndt = shape
     if text is not None:
         ref = torch.tensor([prompt + text + [0] * 64])
         bundle = dataclasses.replace(bundle, target=forced(bundle.target, ref))
-    eng = Engine(bundle, "eagle", k=steps, topk=topk, num_draft_tokens=ndt if topk > 1 else None, max_batch=1,
+    eng = Engine(bundle, method, k=steps, topk=topk, num_draft_tokens=ndt if topk > 1 else None, max_batch=1,
                  cuda_graphs="off")
-    r = eng.generate([prompt], max_new_tokens=128, stop_at_eos=False)
-    if text is not None and r.tokens[0] != text[:128]:
-        raise AssertionError("the forced decoder left SGLang's text")
+    r = eng.generate([prompt], max_new_tokens=new_tokens, stop_at_eos=False)
+    if text is not None and r.tokens[0] != text[:new_tokens]:
+        raise AssertionError("the forced decoder left the server's text")
     return r.new_tokens / r.steps, r.steps
+
+
+def replay(files: list[str], method: str, bundle=None) -> dict:
+    """Sweep files of one server (gpu_tree_sweep.py --keep-ids; the shape from the name sweep_KIND_S-K-N.json): per
+    file, pooled over its requests (tokens / verify steps), the server's accept length, ours on our own greedy text
+    and ours on the server's text (teacher-forced), with each request's verify steps on both."""
+    bundle = bundle or load_bundle("tiny")
+    out = {}
+    for f in files:
+        shape = tuple(int(x) for x in Path(f).stem.rsplit("_", 1)[-1].split("-"))
+        recs = [r for run in json.loads(Path(f).read_text())["runs"] for r in run["records"]]
+        if not recs or any(r.get("output_ids") is None for r in recs):
+            raise ValueError(f"{f}: no token ids in its records (sweep with --keep-ids)")
+        prompts = [bundle.tokenizer(r["prompt"])["input_ids"] for r in recs]
+        bad = [i for i, (p, r) in enumerate(zip(prompts, recs)) if len(p) != r["prompt_tokens"]]
+        if bad:
+            raise ValueError(f"{f}: requests {bad[:5]} counted another number of prompt tokens than our tokenizer")
+        own = [accept_length(bundle, p, None, shape, method, len(r["output_ids"]))[1] for p, r in zip(prompts, recs)]
+        on_text = [accept_length(bundle, p, r["output_ids"], shape, method, len(r["output_ids"]))[1]
+                   for p, r in zip(prompts, recs)]
+        tokens = sum(len(r["output_ids"]) for r in recs)
+        theirs = [r["spec_verify_ct"] for r in recs]
+        out[",".join(map(str, shape))] = {
+            "file": str(f), "requests": len(recs), "server": tokens / sum(theirs), "ours": tokens / sum(own),
+            "ours_on_server_text": tokens / sum(on_text), "verify_server": theirs, "verify_ours": own,
+            "verify_ours_on_server_text": on_text}
+        v = out[",".join(map(str, shape))]
+        print(f"{method} {','.join(map(str, shape))}: {len(recs)} requests, server {v['server']:.3f}, ours {v['ours']:.3f} "
+              f"({v['ours'] / v['server'] - 1:+.1%}), ours on the server's text {v['ours_on_server_text']:.3f} "
+              f"({v['ours_on_server_text'] / v['server'] - 1:+.1%})", flush=True)
+    return out
 
 
 def divergence(bundle, prompt: list[int], ours: list[int], theirs: list[int]) -> dict | None:
@@ -81,8 +116,23 @@ def divergence(bundle, prompt: list[int], ours: list[int], theirs: list[int]) ->
             "logp_sglang": logp[theirs[j]].item()}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sweeps", nargs="+", default=None, help="sweep files of gpu_tree_sweep.py --keep-ids")
+    ap.add_argument("--method", choices=["eagle", "mtp"], default="eagle", help="the drafter of those sweeps")
+    ap.add_argument("--out", default=None, help="with --sweeps: the JSON to write")
+    args = ap.parse_args(argv)
     torch.set_num_threads(1)
+    if args.sweeps:
+        t0 = time.time()
+        res = {"date": str(datetime.date.today()), "device": "CPU, fp32", "method": args.method,
+               "shapes": replay(args.sweeps, args.method)}
+        if args.out:
+            Path(args.out).write_text(json.dumps(res, indent=1))
+        print(f"({time.time() - t0:.0f} s)")
+        return
     t0 = time.time()
     data = json.loads(SUMMARY.read_text())
     bundle = load_bundle("tiny")

@@ -164,7 +164,8 @@ def sweep_one(kind: str, name: str, srv, args, out: Path, pyspy: str | None = No
     native frames, or only the GIL's holder). -> (the sweep, ours: the engine thread's loop_seconds over it)."""
     cfg = SweepConfig(srv.url, tuple(args.categories), tuple(args.concurrency), args.max_new_tokens,
                       warmup=args.warmup, min_run_s=args.min_run_s,
-                      requests_per_run=getattr(args, "requests_per_run", None))  # gpu_serve_scale has no such flag
+                      requests_per_run=getattr(args, "requests_per_run", None),  # gpu_serve_scale has no such flags
+                      keep_ids=getattr(args, "keep_ids", False))
     file = name.replace(",", "-")
     if pyspy and kind == "ours":
         from pyspy import record, summarize
@@ -282,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--requests-per-run", type=int, default=None, help="requests of each category's run (default: "
                     "two waves); with --min-run-s 0 and the category's prompt count, every shape decodes the same "
                     "prompts, each once (a fixed workload: a time floor gives a faster shape more of its fast prompts)")
+    ap.add_argument("--keep-ids", action="store_true", help="each request's prompt and output token ids in the sweep "
+                    "files (to decode a server's own text with the Lab 2 decoder: benchmarks/cpu_tree_sglang_text.py)")
     ap.add_argument("--max-running", type=int, default=16, help="rows of each server's running batch")
     ap.add_argument("--warmup", type=int, default=4)
     ap.add_argument("--method", choices=sorted(DRAFTERS), default="eagle", help="the zoo's drafter: its EAGLE head "
@@ -314,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
                                           "shapes": [list(s) for s in shapes], "concurrency": args.concurrency,
                                           "categories": args.categories, "max_new_tokens": args.max_new_tokens,
                                           "min_run_s": args.min_run_s, "max_running": args.max_running,
-                                          "requests_per_run": args.requests_per_run,
+                                          "requests_per_run": args.requests_per_run, "keep_ids": args.keep_ids,
                                           "cpu_smoke": args.cpu_smoke}}
     say("env", json.dumps(summary["env"]))
     os.environ.setdefault("SPECDEC_RUN_DIR", str(out / "run"))
@@ -472,8 +475,9 @@ the layer read from the target's checkpoint), both servers in one device call, `
                                               for kind, (g, name) in best_gain.items())
                + " (the goal: +0.5). The lines above say where the trees gain and lose. Where the drafter is sure for "
                "many tokens in a row, the rerank by cumulative draft probability spends verify slots on siblings near "
-               "the root that a deep chain would have spent further down, and the longest steps weigh most in the "
-               "pooled figure.")
+               "the root that a deep chain would have spent further down; and each category ran for 5 s, so the "
+               "predictable prompts, the fastest, filled their runs with the most tokens and weigh most in the pooled "
+               "figure (\"Trees against chains on one workload\", below, gives every shape the same prompts).")
     text += f"""
 Accept length by category at concurrency 1 (each category's run: completion tokens / verify steps):
 

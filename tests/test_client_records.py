@@ -113,6 +113,10 @@ def test_the_generate_stream_divides_each_gap_by_the_tokens_of_its_chunk():
     assert rec.tau == pytest.approx(7 / 3) and rec.spec.histogram == [1, 0, 2, 0]
     assert rec.verify_time == pytest.approx((0.281 - 0.2) / 3)
     assert rec.finish_reason == {"type": "length", "length": 8} and rec.server_e2e_latency == 0.279
+    assert rec.output_ids == [11, 5, 12, 5, 13, 5, 14, 5]  # the last chunk's: every chunk repeats the ids so far
+    rec.prompt = "Monday,"
+    assert rec.summary(ids=True)["output_ids"] == rec.output_ids and rec.summary(ids=True)["prompt"] == "Monday,"
+    assert "output_ids" not in rec.summary() and "prompt" not in rec.summary()
 
 
 def test_the_chat_stream_counts_tokens_from_usage_and_skips_the_role_chunk():

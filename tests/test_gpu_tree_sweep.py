@@ -26,7 +26,7 @@ def test_the_tree_sweep_runs_against_specdec_serve_on_the_cpu(tmp_path, sweep_mo
     out = tmp_path / "smoke"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "HOME": str(tmp_path / "home")}
     proc = subprocess.run([sys.executable, str(BENCH / "gpu_tree_sweep.py"), "--cpu-smoke", "--shapes", "2,2,4",
-                           "--out", str(out)], capture_output=True, text=True, timeout=240, env=env)
+                           "--keep-ids", "--out", str(out)], capture_output=True, text=True, timeout=240, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     res = json.loads((out / "summary.json").read_text())
     run = res["ours"]["2,2,4"]
@@ -36,6 +36,24 @@ def test_the_tree_sweep_runs_against_specdec_serve_on_the_cpu(tmp_path, sweep_mo
         assert r["errors"] == 0 and r["output_tok_s"] > 0 and r["output_tokens"] > 0
         assert 1 <= r["accept_length_sglang"] <= 3 and r["spec_verify_ct"] > 0  # at most num_steps + 1 a step
         assert r["step_time_s"] > 0 and r["step_time_s_client"] > 0  # the server's step_time_dict and the client's
+    # --keep-ids: every request's prompt (one of the category's, cycled in order) and its 8 output token ids
+    from specdec.serving.measure.prompts import prompts
+
+    swept = json.loads((out / "sweep_ours_2-2-4.json").read_text())
+    for r in swept["runs"]:
+        assert [x["prompt"] for x in r["records"]] == [prompts("code")[i] for i in range(len(r["records"]))] or \
+            r["concurrency"] > 1  # at concurrency 2 the records come in the order the requests finished
+        assert all(x["prompt"] in prompts("code") and len(x["output_ids"]) == x["completion_tokens"] == 8
+                   for x in r["records"]), r["records"]
+    # the replay of a server's requests by the Lab 2 decoder (cpu_tree_sglang_text.py --sweeps): on our own CPU
+    # server's text at concurrency 1 (fp32, one row at a time) it takes the server's verify steps, request by request
+    import cpu_tree_sglang_text
+
+    alone = {**swept, "runs": [r for r in swept["runs"] if r["concurrency"] == 1]}
+    (tmp_path / "sweep_ours_2-2-4.json").write_text(json.dumps(alone))
+    got = cpu_tree_sglang_text.replay([str(tmp_path / "sweep_ours_2-2-4.json")], "eagle")["2,2,4"]
+    assert got["verify_server"] == got["verify_ours_on_server_text"] == got["verify_ours"], got
+    assert got["server"] == got["ours"] == got["ours_on_server_text"] and got["requests"] == len(alone["runs"][0]["records"])
     log = (out / "gpu_tree_sweep.log").read_text()
     assert "ours 2,2,4 c=1:" in log and "ours 2,2,4 c=2:" in log and "nothing left of its session" in log
     # where the engine thread's time went, read from our /server_info (loop_seconds)

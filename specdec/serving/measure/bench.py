@@ -58,6 +58,7 @@ class SweepConfig:
     min_tokens: int = 0  # ... and produces at least this many output tokens
     repeats: int = 1  # measure each run this many times and pool them
     warm_levels: bool = True  # one untimed wave at each concurrency before timing it
+    keep_ids: bool = False  # each record in the results with its prompt and output token ids (/generate only)
 
     def __post_init__(self):
         self.categories, self.concurrency = tuple(self.categories), tuple(self.concurrency)
@@ -91,9 +92,12 @@ def percentiles(values) -> dict | None:
 
 def send(client: Client, cfg: SweepConfig, prompt: str) -> RequestRecord:
     if cfg.endpoint == "generate":
-        return client.generate(prompt, cfg.max_new_tokens, cfg.temperature, ignore_eos=cfg.ignore_eos)
-    call = client.completion if cfg.endpoint == "completions" else client.chat
-    return call(prompt, cfg.max_new_tokens, cfg.temperature, ignore_eos=cfg.ignore_eos)
+        rec = client.generate(prompt, cfg.max_new_tokens, cfg.temperature, ignore_eos=cfg.ignore_eos)
+    else:
+        call = client.completion if cfg.endpoint == "completions" else client.chat
+        rec = call(prompt, cfg.max_new_tokens, cfg.temperature, ignore_eos=cfg.ignore_eos)
+    rec.prompt = prompt
+    return rec
 
 
 def run_requests(client: Client, cfg: SweepConfig, texts: list[str], concurrency: int,
@@ -243,7 +247,7 @@ def measure(client: Client, cfg: SweepConfig, cat: str, conc: int, bar=None) -> 
             # after it (warm, as the engine ran it)
             "step_time_s": info.step_time_at(width),
             "metrics_accept_length": interval_accept_length(before, after) if after else None,
-            "records": [{**r.summary(), "repeat": i} for i, recs in enumerate(per_repeat) for r in recs]}
+            "records": [{**r.summary(ids=cfg.keep_ids), "repeat": i} for i, recs in enumerate(per_repeat) for r in recs]}
     run["output_tok_s_ci95"] = interval(bootstrap_tok_s(run["records"], run["output_tok_s"]))  # repeats resampled too
     return run
 

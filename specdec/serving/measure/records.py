@@ -142,6 +142,8 @@ class RequestRecord:
     meta_info: dict = field(default_factory=dict)  # native /generate: the final meta_info as sent
     usage: dict = field(default_factory=dict)  # OpenAI endpoints: the usage block as sent
     server_e2e_latency: float | None = None
+    output_ids: list[int] | None = None  # native /generate: the token ids as sent (a stream's last chunk has them all)
+    prompt: str | None = None  # the prompt sent, where the sender recorded it (bench.send)
 
     @property
     def tau(self) -> float | None:
@@ -164,13 +166,16 @@ class RequestRecord:
             return None
         return (self.e2e_latency - self.ttft) / self.spec.verify_ct
 
-    def summary(self) -> dict:
-        """The record without its text and ITL list, for JSON results."""
+    def summary(self, ids: bool = False) -> dict:
+        """The record without its text and ITL list, for JSON results; ids: with its prompt and output token ids
+        (to replay a server's text elsewhere: benchmarks/cpu_tree_sglang_text.py)."""
         out = {"kind": self.kind, "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
                "e2e_latency": self.e2e_latency, "ttft": self.ttft, "tpot": self.tpot, "chunks": len(self.chunk_tokens)}
         if self.spec is not None:
             out.update(spec_verify_ct=self.spec.verify_ct, accept_length=self.tau,  # tau, under the results files' key
                        spec_correct_drafts_histogram=self.spec.histogram)
+        if ids:
+            out.update(prompt=self.prompt, output_ids=self.output_ids)
         return out
 
 
@@ -198,6 +203,7 @@ def _finish(record: RequestRecord, kind: str, last: dict, usage: dict) -> Reques
         record.finish_reason = meta.get("finish_reason")
         record.server_e2e_latency = meta.get("e2e_latency")
         record.spec = SpecStats.from_meta(meta)
+        record.output_ids = last.get("output_ids")
     else:
         record.usage = usage
         record.completion_tokens = usage.get("completion_tokens")
