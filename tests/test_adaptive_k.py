@@ -189,7 +189,7 @@ def static_drafts(tiny_bundle, code_prompts):
 
 
 @pytest.mark.parametrize("ks", [pytest.param(SKIPS[0], id="short"), *later(SKIPS[1], ids=["long"])])
-@pytest.mark.parametrize("method", PROPOSERS)
+@pytest.mark.parametrize("method", [PROPOSERS[0], *later(*PROPOSERS[1:])])
 def test_after_steps_without_drafts_the_proposer_guesses_as_if_it_had_drafted_all_along(tiny_bundle, code_prompts,
                                                                                          static_drafts, method, ks):
     """A proposer with a state of its own (the MTP layer's and EAGLE head's caches, the draft model's) must read
