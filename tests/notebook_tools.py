@@ -61,6 +61,8 @@ def untouched_lab(solution: Path) -> nbformat.NotebookNode:
 
 
 def assert_committed_clean(path: Path) -> None:
+    # every cell has its id as committed (nbformat 4.5: a missing id warns today and is to become an error)
+    assert all("id" in cell for cell in json.loads(path.read_text())["cells"]), f"{path.name}: a cell without an id"
     nb = nbformat.read(path, as_version=4)
     nbformat.validate(nb)
     assert nb.metadata.kernelspec.name == "python3"
