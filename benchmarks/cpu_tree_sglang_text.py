@@ -93,12 +93,12 @@ def replay(files: list[str], method: str, bundle=None) -> dict:
                    for p, r in zip(prompts, recs)]
         tokens = sum(len(r["output_ids"]) for r in recs)
         theirs = [r["spec_verify_ct"] for r in recs]
-        out[",".join(map(str, shape))] = {
+        name = ",".join(map(str, shape))
+        v = out[name] = {
             "file": str(f), "requests": len(recs), "server": tokens / sum(theirs), "ours": tokens / sum(own),
             "ours_on_server_text": tokens / sum(on_text), "verify_server": theirs, "verify_ours": own,
             "verify_ours_on_server_text": on_text}
-        v = out[",".join(map(str, shape))]
-        print(f"{method} {','.join(map(str, shape))}: {len(recs)} requests, server {v['server']:.3f}, ours {v['ours']:.3f} "
+        print(f"{method} {name}: {len(recs)} requests, server {v['server']:.3f}, ours {v['ours']:.3f} "
               f"({v['ours'] / v['server'] - 1:+.1%}), ours on the server's text {v['ours_on_server_text']:.3f} "
               f"({v['ours_on_server_text'] / v['server'] - 1:+.1%})", flush=True)
     return out

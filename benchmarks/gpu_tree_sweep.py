@@ -158,14 +158,14 @@ def session_left(pid: int, within: float = 15.0) -> list[int]:
 
 
 def sweep_one(kind: str, name: str, srv, args, out: Path, pyspy: str | None = None, native: bool = False,
-              gil: bool = False) -> tuple[dict, dict | None]:
+              gil: bool = False, requests_per_run: int | None = None, keep_ids: bool = False) -> tuple[dict, dict | None]:
     """One started server swept by the course's benchmark (args: categories, concurrency, max_new_tokens, warmup,
-    min_run_s), its sweep written to `out`; ours sampled by py-spy if given (benchmarks/pyspy.py: every thread, or
-    native frames, or only the GIL's holder). -> (the sweep, ours: the engine thread's loop_seconds over it)."""
+    min_run_s; requests_per_run and keep_ids as SweepConfig's), its sweep written to `out`; ours sampled by py-spy if
+    given (benchmarks/pyspy.py: every thread, or native frames, or only the GIL's holder). -> (the sweep, ours: the
+    engine thread's loop_seconds over it)."""
     cfg = SweepConfig(srv.url, tuple(args.categories), tuple(args.concurrency), args.max_new_tokens,
-                      warmup=args.warmup, min_run_s=args.min_run_s,
-                      requests_per_run=getattr(args, "requests_per_run", None),  # gpu_serve_scale has no such flags
-                      keep_ids=getattr(args, "keep_ids", False))
+                      warmup=args.warmup, min_run_s=args.min_run_s, requests_per_run=requests_per_run,
+                      keep_ids=keep_ids)
     file = name.replace(",", "-")
     if pyspy and kind == "ours":
         from pyspy import record, summarize
@@ -211,7 +211,8 @@ def run_kind(kind: str, shapes: list, args, summary: dict, out: Path) -> None:
             say(f"{kind} {name}: skipped, the deadline is near")
             return
         t = time.time()
-        sweep, loop = sweep_one(kind, name, srv, args, out, pyspy=args.pyspy, native=args.pyspy_native)
+        sweep, loop = sweep_one(kind, name, srv, args, out, pyspy=args.pyspy, native=args.pyspy_native,
+                                requests_per_run=args.requests_per_run, keep_ids=args.keep_ids)
         part[name] = {"startup_s": getattr(srv, "startup_s", None), "sweep_s": round(time.time() - t, 1),
                       "server": sweep["server"], "step_time": sweep["step_time"],
                       "by_concurrency": condense(sweep, args.max_running)}
@@ -772,7 +773,6 @@ def render_fixed() -> str:
         return ""
     rows, lines, apart = [], [], []
     for method, data in runs.items():
-        cats = data["settings"]["categories"]
         for shape in data["settings"]["shapes"]:
             name = key(tuple(shape))
             g, o = at(data, "sglang", name), at(data, "ours", name)
