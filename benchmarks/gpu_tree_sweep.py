@@ -807,5 +807,5 @@ over the category's run (SGLang / ours).
 {chr(10).join(lines)}
 - Ours and SGLang within {100 * max(a for a, _, _ in apart):.1f}% on every shape pooled; over 5%: {", ".join(over) if over else "none"}.
   Ours is above SGLang on every shape: on the EAGLE head's text study above, the gap was SGLang's bf16 target writing
-  another greedy text at near-ties, and ours on SGLang's text matched it; for the MTP layer that was not re-run.
+  another greedy text at near-ties, and ours on SGLang's text matched it; for the MTP layer, see the next section.
 """

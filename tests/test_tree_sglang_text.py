@@ -32,3 +32,27 @@ def test_on_sglangs_text_the_decoder_takes_sglangs_verify_steps(bundle, shape):
     _, own = accept_length(bundle, prompt, None, steps_shape)
     assert on_text == request["spec_verify_ct"]
     assert own < 0.9 * request["spec_verify_ct"]
+
+
+def test_the_mtp_replay_is_reproduced_from_the_committed_requests(bundle):
+    """The MTP layer's replay of SGLang's requests (benchmarks/results/cpu_tree_mtp_text/sglang.json, from the ids in
+    gpu_tree_mtp_ids/sweeps.tgz): its pooled figures are its per-request verify steps, and one of its requests,
+    decoded again on SGLang's text, takes the verify steps the file says (here SGLang's own)."""
+    import tarfile
+
+    results = ROOT / "benchmarks" / "results"
+    replay = json.loads((results / "cpu_tree_mtp_text" / "sglang.json").read_text())["shapes"]["31,1,32"]
+    with tarfile.open(results / "gpu_tree_mtp_ids" / "sweeps.tgz") as tar:
+        records = [r for run in json.load(tar.extractfile("sweep_sglang_31-1-32.json"))["runs"] for r in run["records"]]
+    tokens = sum(len(r["output_ids"]) for r in records)
+    assert replay["verify_server"] == [r["spec_verify_ct"] for r in records]
+    assert replay["server"] == pytest.approx(tokens / sum(replay["verify_server"]))
+    assert replay["ours_on_server_text"] == pytest.approx(tokens / sum(replay["verify_ours_on_server_text"]))
+    # the shortest request whose replay took SGLang's own steps
+    i = min((i for i, (a, b) in enumerate(zip(replay["verify_server"], replay["verify_ours_on_server_text"])) if a == b),
+            key=lambda i: len(records[i]["output_ids"]) * records[i]["spec_verify_ct"])
+    r = records[i]
+    prompt = bundle.tokenizer(r["prompt"])["input_ids"]
+    assert len(prompt) == r["prompt_tokens"]
+    _, steps = accept_length(bundle, prompt, r["output_ids"], (31, 1, 32), "mtp", len(r["output_ids"]))
+    assert steps == r["spec_verify_ct"]
