@@ -182,6 +182,16 @@ def assert_mtp_trees(out):
     assert re.search(r"^the MTP layer's best tree of 32 on the same work: ahead on both servers \([-+]\d\.\d\d, [-+]\d\.\d\d\)$",
                      out, re.MULTILINE), out
     assert "your guess for the MTP layer at 32 tokens: None" in out
+    # the same prompts, another text: each server's requests replayed by the Lab 2 decoder
+    rows = re.findall(r"^ +(\d+,\d,32) +(\d\.\d\d) +(\d\.\d\d) +(\d\.\d\d) +(\d\.\d\d)$", out, re.MULTILINE)
+    assert [r[0] for r in rows] == ["31,1,32", "31,2,32", "15,4,32"], out
+    apart = re.search(r"^apart from SGLang, at most: our server (\d+\.\d)%, the Lab 2 decoder on its own text (\d+\.\d)%, "
+                      r"on SGLang's text (\d+\.\d)%$", out, re.MULTILINE)
+    assert apart, out
+    assert abs(float(apart[1]) - 100 * max(abs(float(r[2]) / float(r[1]) - 1) for r in rows)) < 0.3  # from 2-decimal rows
+    # the committed replays: on SGLang's text the decoder is nearer SGLang than our server is
+    assert float(apart[3]) < float(apart[1]) and float(apart[2]) <= 5.0, apart.groups()
+    assert "your guess: None" in out
 
 
 def assert_where_it_pays(out):
