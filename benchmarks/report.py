@@ -65,7 +65,7 @@ TOPICS = [
                      ("cpu_tree_formula", "render"), ("gpu_tree_sweep", "render"),
                      ("cpu_tree_accept", "render"), ("gpu_tree_sweep", "render_deep"),
                      ("gpu_tree_sweep", "render_fewer"), ("gpu_tree_sweep", "render_compiled"), ("gpu_tree_sweep", "render_layers"),
-                     ("gpu_tree_sweep", "render_mtp"), ("gpu_tree_sweep", "render_mtp32"), ("gpu_tree_sweep", "render_fixed"), ("cpu_tree_sglang_text", "render_mtp"), ("gpu_tree_profile", "render_untuned"), ("gpu_tree_sweep", "render_step"),
+                     ("gpu_tree_sweep", "render_mtp"), ("gpu_tree_sweep", "render_mtp32"), ("gpu_tree_sweep", "render_fixed"), ("cpu_tree_sglang_text", "render_mtp"), ("gpu_tree_sweep", "render_fixed_fp32"), ("gpu_tree_profile", "render_untuned"), ("gpu_tree_sweep", "render_step"),
                      ("gpu_tree_profile", "render")]),
     ("Grading a class", [("grade_class", "render")]),
 ]
