@@ -74,6 +74,11 @@ def accept_length(bundle, prompt: list[int], text: list[int] | None, shape: tupl
     return r.new_tokens / r.steps, r.steps
 
 
+def sweep_records(doc: dict) -> list[dict]:
+    """A sweep file's request records (gpu_tree_sweep.py's sweep_KIND_S-K-N.json), every run's in order."""
+    return [r for run in doc["runs"] for r in run["records"]]
+
+
 def replay(files: list[str], method: str, bundle=None) -> dict:
     """Sweep files of one server (gpu_tree_sweep.py --keep-ids; the shape from the name sweep_KIND_S-K-N.json): per
     file, pooled over its requests (tokens / verify steps), the server's accept length, ours on our own greedy text
@@ -82,7 +87,7 @@ def replay(files: list[str], method: str, bundle=None) -> dict:
     out = {}
     for f in files:
         shape = tuple(int(x) for x in Path(f).stem.rsplit("_", 1)[-1].split("-"))
-        recs = [r for run in json.loads(Path(f).read_text())["runs"] for r in run["records"]]
+        recs = sweep_records(json.loads(Path(f).read_text()))
         if not recs or any(r.get("output_ids") is None for r in recs):
             raise ValueError(f"{f}: no token ids in its records (sweep with --keep-ids)")
         prompts = [bundle.tokenizer(r["prompt"])["input_ids"] for r in recs]
@@ -221,9 +226,8 @@ def render_mtp() -> str:
              pct(g[k]["ours"], g[k]["server"]), g[k]["ours_on_server_text"], pct(g[k]["ours_on_server_text"], g[k]["server"]),
              f"{same[k]} of {g[k]['requests']}", o[k]["ours_on_server_text"],
              pct(o[k]["ours_on_server_text"], o[k]["server"])] for k in g]
-    reference = max(abs(v["ours"] / v["server"] - 1) for v in g.values())
-    forced = max(abs(v["ours_on_server_text"] / v["server"] - 1) for v in g.values())
-    own = max(abs(v["ours_on_server_text"] / v["server"] - 1) for v in o.values())
+    farthest = lambda side, field: max(abs(v[field] / v["server"] - 1) for v in side.values())  # noqa: E731
+    reference, forced, own = farthest(g, "ours"), farthest(g, "ours_on_server_text"), farthest(o, "ours_on_server_text")
     servers = max(abs(o[k]["server"] / g[k]["server"] - 1) for k in g)
     chain = next(k for k in g if k.split(",")[1] == "1")
     best = max((k for k in g if k != chain), key=lambda k: g[k]["ours"])
@@ -231,8 +235,8 @@ def render_mtp() -> str:
     texts = {}  # shape -> (requests whose output ids are the same on both servers, requests)
     with tarfile.open(ROOT / "benchmarks" / "results" / "gpu_tree_mtp_ids" / "sweeps.tgz") as tar:
         for k in g:
-            a, b = ([r for run in json.load(tar.extractfile(f"sweep_{kind}_{k.replace(',', '-')}.json"))["runs"]
-                     for r in run["records"]] for kind in ("sglang", "ours"))
+            a, b = (sweep_records(json.load(tar.extractfile(f"sweep_{kind}_{k.replace(',', '-')}.json")))
+                    for kind in ("sglang", "ours"))
             assert [r["prompt"] for r in a] == [r["prompt"] for r in b]
             texts[k] = (sum(x["output_ids"] == y["output_ids"] for x, y in zip(a, b)), len(a))
     return f"""### The MTP layer at 32 verified tokens: the same prompts, the same text

@@ -248,6 +248,19 @@ def meets(shape: str, tpot: float, floor: float, sglang: float) -> bool:
     return tpot / floor <= most_floor and sglang / tpot >= least_sglang
 
 
+def later_8b(folder: str) -> tuple[dict, float, float, float] | None:
+    """A later call's 8B default path (benchmarks/results/gpu_fast_path_sglang/FOLDER/): its results, the start-2
+    step-scope ms per token, its floor and SGLang's figure in that call; None where the files are not there."""
+    from page import load
+
+    data = load(f"gpu_fast_path_sglang/{folder}/gpu_fast_path.json")
+    theirs = tpot_512_ms(load(f"gpu_fast_path_sglang/{folder}/sglang.json"))
+    if not (data and "8b" in data.get("floor", {}) and theirs):
+        return None
+    tpot = next(e["tpot_ms"] for e in data["runs"] if e["variant"] == "start 2 (step)")
+    return data, tpot, data["floor"]["8b"], theirs
+
+
 def default_path(shape: str, run: str = "start 2 (step)", then: bool = False) -> tuple[float, float, float]:
     """The default path's ms per output token on `shape` (one run of the committed results), its floor and
     SGLang's figure from the same call, for the sections that cite it. then: the rows the current ones replaced
@@ -311,11 +324,8 @@ def render() -> str:
             goals += (f" SGLang's figure for this shape in the same day's other calls: "
                       f"{', '.join(f'{ms:.3f}' for ms in spread[1:])} ms; against the lowest, "
                       f"{tpot:.3f} ms would be {min(spread) / tpot:.2f}x (across calls: not the goal's measure).")
-    later = load(f"gpu_fast_path_sglang/{FINAL_8B}/gpu_fast_path.json")
-    theirs = tpot_512_ms(load(f"gpu_fast_path_sglang/{FINAL_8B}/sglang.json"))
-    if later and "8b" in later.get("floor", {}) and theirs:  # the code after the 8B rows above, in a later call
-        tpot = next(e["tpot_ms"] for e in later["runs"] if e["variant"] == "start 2 (step)")
-        floor = later["floor"]["8b"]
+    if got := later_8b(FINAL_8B):  # the code after the 8B rows above, in a later call
+        later, tpot, floor, theirs = got
         ok = meets("8b", tpot, floor, theirs)
         was, was_floor, was_sglang = default_path("8b")
         goals += (f"\n- 8b, the code after these rows (the gated down projection and the two-pass argmax, measured above "
@@ -336,11 +346,8 @@ def render() -> str:
                       f"({statistics.median(ab['new']) / statistics.median(ab['old']) - 1:+.1%}). So the 8B's down projection "
                       "is no longer gated (`tuned/gemv.json`: only the 1B's tile is); that code, fa0b6fa's 8B path with the "
                       "two-pass argmax, was measured in a later call (next).")
-    now = load(f"gpu_fast_path_sglang/{MAIN_8B}/gpu_fast_path.json")
-    theirs = tpot_512_ms(load(f"gpu_fast_path_sglang/{MAIN_8B}/sglang.json"))
-    if now and "8b" in now.get("floor", {}) and theirs:  # the 8B's path as the code now has it, SGLang in its call
-        tpot = next(e["tpot_ms"] for e in now["runs"] if e["variant"] == "start 2 (step)")
-        floor = now["floor"]["8b"]
+    if got := later_8b(MAIN_8B):  # the 8B's path as the code now has it, SGLang in its call
+        now, tpot, floor, theirs = got
         goals += (f"\n- 8b, the default path as the code now has it (only the 1B's down tile gated: fa0b6fa's 8B path "
                   f"with the two-pass argmax), in a later call ({now['env']['date'][:10]}, the device's git printed "
                   f"{now['env']['commit']}; results `benchmarks/results/gpu_fast_path_sglang/{MAIN_8B}/`): "

@@ -10,7 +10,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from cpu_tree_sglang_text import SUMMARY, accept_length  # noqa: E402
+from cpu_tree_sglang_text import SUMMARY, accept_length, sweep_records  # noqa: E402
 from sglang_zoo_check import PROMPTS  # noqa: E402
 
 
@@ -43,7 +43,7 @@ def test_the_mtp_replay_is_reproduced_from_the_committed_requests(bundle):
     results = ROOT / "benchmarks" / "results"
     replay = json.loads((results / "cpu_tree_mtp_text" / "sglang.json").read_text())["shapes"]["31,1,32"]
     with tarfile.open(results / "gpu_tree_mtp_ids" / "sweeps.tgz") as tar:
-        records = [r for run in json.load(tar.extractfile("sweep_sglang_31-1-32.json"))["runs"] for r in run["records"]]
+        records = sweep_records(json.load(tar.extractfile("sweep_sglang_31-1-32.json")))
     tokens = sum(len(r["output_ids"]) for r in records)
     assert replay["verify_server"] == [r["spec_verify_ct"] for r in records]
     assert replay["server"] == pytest.approx(tokens / sum(replay["verify_server"]))
