@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -94,9 +95,10 @@ def replay(files: list[str], method: str, bundle=None) -> dict:
         bad = [i for i, (p, r) in enumerate(zip(prompts, recs)) if len(p) != r["prompt_tokens"]]
         if bad:
             raise ValueError(f"{f}: requests {bad[:5]} counted another number of prompt tokens than our tokenizer")
-        own = [accept_length(bundle, p, None, shape, method, len(r["output_ids"]))[1] for p, r in zip(prompts, recs)]
-        on_text = [accept_length(bundle, p, r["output_ids"], shape, method, len(r["output_ids"]))[1]
-                   for p, r in zip(prompts, recs)]
+        own, on_text = [], []  # each request twice, a few seconds each on the CPU: minutes a file, so a bar
+        for p, r in tqdm(list(zip(prompts, recs)), desc=f"{method} {Path(f).stem}", unit="request", file=sys.stderr):
+            own.append(accept_length(bundle, p, None, shape, method, len(r["output_ids"]))[1])
+            on_text.append(accept_length(bundle, p, r["output_ids"], shape, method, len(r["output_ids"]))[1])
         tokens = sum(len(r["output_ids"]) for r in recs)
         theirs = [r["spec_verify_ct"] for r in recs]
         name = ",".join(map(str, shape))
