@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Lab 3's lecture notebook executed end to end against real SGLang on the GPU node, then the zoo's chat endpoint
 # recorded. Run after `PACK=.sglang-pack . .sglang-pack/setup.sh`, with .nbpack/nbsite.tar.xz carried: nbclient,
-# ipykernel and their small pure-Python needs, which the GPU image lacks (built from PyPI wheels by the lead).
+# ipykernel and their small pure-Python needs, which the GPU image lacks (tools/nbpack/build.sh builds it).
 # The executed copy comes back under $OUT; docs/lab3_gpu_run.html is rendered from it on the CPU machine.
 set -u
 mkdir -p /tmp/nbsite && tar -xJf .nbpack/nbsite.tar.xz -C /tmp/nbsite

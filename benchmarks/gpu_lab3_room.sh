@@ -6,8 +6,7 @@
 # (no SGLang process, no state file, GPU memory back). About 4 minutes.
 # usage (GPU node, offline pack):  PACK=.sglang-pack . .sglang-pack/setup.sh; bash benchmarks/gpu_lab3_room.sh
 # with .nbpack/nbsite.tar.xz carried (nbclient, ipykernel and their pure-Python needs, which the GPU image lacks:
-# `pip install --target DIR --python-version 3.12 --only-binary=:all: nbclient ipykernel nbformat jupyter_client`,
-# debugpy left out, packed with tar -cJf).
+# tools/nbpack/build.sh builds it).
 # writes $OUT/gpu_lab3_room.log, the executed notebooks and the servers' logs; commit the log as
 # benchmarks/logs/gpu_lab3_room.log
 set -u

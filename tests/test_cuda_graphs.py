@@ -324,3 +324,15 @@ def test_a_tree_engine_compiled_whole_leaves_its_several_token_captures_untuned(
         captured = len(e.graphs.captured) + (len(e.proposer.graphs.captured) if e.proposer else 0)
         assert len(traced) == captured >= (3 if topk > 1 else 1) and set(traced) == {tuned}, (method, traced)
     assert inductor_config.coordinate_descent_tuning is False  # put back after each capture
+
+
+@pytest.mark.parametrize("gpu_present, why", [(False, "no CUDA device"), (True, "the model is on the CPU")])
+def test_an_eager_cpu_run_says_why_once(monkeypatch, capsys, gpu_present, why):
+    """A model on the CPU of a GPU machine (Lab 2's memory-bound demo) is not told there is no CUDA device."""
+    from specdec.decoder import cuda_graphs
+
+    monkeypatch.setattr(cuda_graphs, "_said_eager", False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu_present)
+    cuda_graphs.say_eager_once("cpu")
+    cuda_graphs.say_eager_once("cpu")
+    assert capsys.readouterr().err == f"specdec: {why}, so no CUDA graphs: the decoder runs eager\n"

@@ -28,14 +28,22 @@ def test_the_cpu_runs_the_written_out_attention():
 def test_only_a_chain_step_over_the_static_cache_takes_the_folded_kernel(monkeypatch):
     """The dispatch to rope_append_attention, on the CPU with the kernel pretended present: a chain's step over a
     LayerCache takes it; a tree view (write slots) and the zoo training's DepthKV (appended keys, autograd) keep the
-    written-out steps, whose output is model.attention's (a miss here once broke the MTP layer's training)."""
+    written-out steps, whose output is model.attention's (a miss here once broke the MTP layer's training). The
+    decode kernel itself serves a LayerCache only, the tree view's too: DepthKV's steps need autograd, which the
+    kernel has not (a miss there made Lab 2's tiny training on a GPU lose its attention gradients and read its
+    batch-1 mask past the end: NaN losses, then an illegal memory access)."""
     from specdec.decoder.kv_cache import LayerCache
     from specdec.zoo.train import DepthKV
 
     calls = []
     monkeypatch.setattr(model_mod, "ROPE_IN_KERNEL", True)
     monkeypatch.setattr(kernel, "fits", lambda q: True)
-    monkeypatch.setattr(kernel, "decode_attention", model_mod.attention)  # the kernel's reference in its place
+    decoded = []
+
+    def decode(q, k, v, mask):  # the kernel's reference in its place, counted
+        decoded.append(q.shape)
+        return model_mod.attention(q, k, v, mask)
+    monkeypatch.setattr(kernel, "decode_attention", decode)
 
     def folded(qk, v, cos, sin, positions, k_cache, v_cache, n_slots, nh):
         calls.append(n_slots)
@@ -56,6 +64,7 @@ def test_only_a_chain_step_over_the_static_cache_takes_the_folded_kernel(monkeyp
         depth = DepthKV()
         y_depth = att(x, cos, sin, depth, positions, torch.ones(1, 1, 2 * T, T, dtype=torch.bool))
     assert calls == [S], "a tree view or DepthKV reached the folded kernel"
+    assert len(decoded) == 1, "DepthKV (appended keys, autograd) reached the decode kernel"  # the tree view's step
     assert depth.k.shape == (B, 2, T, D) and tree.k[:, :, 9:12].abs().sum() > 0
     assert y_tree.shape == y_depth.shape == (B, T, 64)
 
@@ -63,14 +72,15 @@ def test_only_a_chain_step_over_the_static_cache_takes_the_folded_kernel(monkeyp
 def case(B, nkv, R, S, D, kind, dtype, device="cuda", seed=0):
     """q [B, nkv, R, D], k, v [B, nkv, S, D] as the cache's views (a longer cache cut to S slots) and a mask
     [B, 1, R, S]: 'causal' (each row's own live prefix, ending anywhere in a tile), 'tree' (random visible slots,
-    slot 0 always), 'expanded' (model.attention_mask's expanded form over g heads)."""
+    slot 0 always), 'expanded' (model.attention_mask's expanded form over g heads), 'shared' ([1, 1, R, S]: one
+    causal mask for every row of the batch, as zoo/train.py's depth_mask)."""
     g = torch.Generator(device="cpu").manual_seed(seed)
     q = torch.randn(B, nkv, R, D, generator=g).to(device, dtype)
     cache_k = torch.randn(B, nkv, S + 37, D, generator=g).to(device, dtype)
     cache_v = torch.randn(B, nkv, S + 37, D, generator=g).to(device, dtype)
     k, v = cache_k[:, :, :S], cache_v[:, :, :S]  # strided views, as LayerCache.read gives
-    if kind == "causal":
-        ends = torch.randint(1, S + 1, (B, R), generator=g)
+    if kind in ("causal", "shared"):
+        ends = torch.randint(1, S + 1, (B if kind == "causal" else 1, R), generator=g)
         mask = torch.arange(S).view(1, 1, S) < ends.unsqueeze(-1)
     elif kind == "tree":
         mask = torch.rand(B, R, S, generator=g) < 0.3
@@ -98,7 +108,7 @@ def test_the_kernel_computes_the_written_out_attention():
     answer than the written-out bf16 attention is. A mask that hides one more slot changes the answer: the comparison
     would catch a kernel that ignored the mask. (One test, not one per case: off a GPU it is one skip.)"""
     for shape in SHAPES:
-        for kind in ("causal", "tree", "expanded"):
+        for kind in ("causal", "tree", "expanded", "shared"):
             where = f"{shape} {kind}"
             q, k, v, mask = case(*shape, kind, torch.float32)
             ref = model_mod.attention(q, k, v, mask)
@@ -115,6 +125,38 @@ def test_the_kernel_computes_the_written_out_attention():
             written = (model_mod.attention(qb, kb, vb, mask).float() - exact).abs().max().item()
             fused = (kernel.decode_attention(qb, kb, vb, mask).float() - exact).abs().max().item()
             assert fused <= 2 * written + 1e-3, (where, fused, written)
+
+
+def unrolled_training_step(bundle, device: str) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Lab 2's Part F in small: the zoo's MTP layer chained 3 steps over windows of 16 tokens (2 x 15 query rows a key
+    head: within DECODE_ROWS), the chained loss and its gradients, on `device` in fp32 -> (loss, the layer's grads)."""
+    import copy
+
+    from specdec.decoder.draft_modules import chained_soft_ce
+    from specdec.zoo.train import mtp_unrolled
+
+    target, mtp = copy.deepcopy(bundle.target).to(device), copy.deepcopy(bundle.mtp).to(device).train()
+    rows = torch.randint(0, target.config.vocab_size, (4, 17), generator=torch.Generator().manual_seed(0)).to(device)
+    with torch.no_grad():
+        logits, h = target(rows[:, :-1])
+    states = mtp_unrolled(mtp, h[:, :-1], rows[:, 1:-1], target.embed_tokens, 3)
+    loss = chained_soft_ce([target.lm_head(g) for g in states], logits.softmax(-1)[:, 1:], [1.0, 0.7, 0.49])
+    loss.backward()
+    return loss.detach().cpu(), {n: p.grad.cpu() for n, p in mtp.named_parameters() if p.grad is not None}
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_the_unrolled_training_on_a_gpu_equals_the_cpus(tiny_bundle):
+    """The chained loss and every gradient of the MTP layer on the GPU equal the CPU's (fp32): the training's DepthKV
+    keeps the written-out attention there too (the CPU twin: the dispatch test above)."""
+    cpu_loss, cpu_grads = unrolled_training_step(tiny_bundle, "cpu")
+    gpu_loss, gpu_grads = unrolled_training_step(tiny_bundle, "cuda")
+    assert torch.isfinite(gpu_loss) and set(gpu_grads) == set(cpu_grads)
+    assert any("attn" in n for n in cpu_grads)  # the attention's projections are trained
+    torch.testing.assert_close(gpu_loss, cpu_loss, atol=1e-4, rtol=1e-4)
+    for name, grad in cpu_grads.items():
+        torch.testing.assert_close(gpu_grads[name], grad, atol=1e-4, rtol=1e-3, msg=name)
 
 
 @needs_gpu

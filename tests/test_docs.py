@@ -143,3 +143,20 @@ def test_notebooks_cite_the_results_page_by_heading():
                         assert h in headings, f"{path.name}: no section {h!r} in docs/results.md"
                         cited += 1
     assert cited >= 5  # the parser sees the citations it is meant to check
+
+
+def test_the_rehearsal_the_guide_reports_is_in_its_log():
+    """Section 10's figures are the committed log's: each notebook's time, grade and the servers' start."""
+    text = GUIDE.read_text()
+    section = text[text.index("## 10."):]
+    log = (ROOT / "benchmarks" / "logs" / "gpu_notebooks.log").read_text()
+    for line in ("== execute notebooks/02_static_k_mtp.ipynb: rc=0 in 80 s", "== execute solutions/02_static_k_mtp.ipynb: rc=0 in 29 s",
+                 "== execute labs/02_static_k_mtp.ipynb: rc=0 in 27 s", "both servers answer after 74.2 s",
+                 "== execute solutions/03_sglang_live.ipynb: rc=0 in 179 s", "03_sglang_live.short.ipynb: rc=0 in 262 s",
+                 "grade_lab3.json: 03_sglang_live.ipynb 16 / 16", "grade_lab2.json: 02_static_k_mtp.ipynb 19 / 19",
+                 "grade_lab1.json: 01_simulated_loop.ipynb 20 / 20", "final loss nan", "illegal memory access",
+                 "servers still running: none (of the 2 this notebook started)"):
+        assert line in log, line
+    for figure in ("80 s", "29 s", "27 s", "74.2 s", "179 s", "262 s", "`16 / 16`", "`19 / 19`", "`20 / 20`"):
+        assert figure in section, figure
+

@@ -119,9 +119,10 @@ def test_default_sglang_command_caps_the_kv_pool_and_says_why():
     assert flag(cmd, "--max-total-tokens") == str(32 * 1024) and flag(cmd, "--context-length") == "1024"
     # what the user sized is kept, and no default is added beside it
     lines = dry_run_lines(*nextn, "--mem-fraction-static", "0.3")
-    assert len(lines) == 1 and "--max-total-tokens" not in lines[0] and "--mem-fraction-static 0.3" in lines[0]
+    assert len(lines) == 2 and "--max-total-tokens" not in lines[1] and "--mem-fraction-static 0.3" in lines[1]
+    assert lines[0].startswith("# in the server's environment: SGLANG_RECORD_STEP_TIME=1 ")  # no pool note
     lines = dry_run_lines(*nextn, "--max-total-tokens", "5000")
-    assert len(lines) == 1 and flag(shlex.split(lines[0]), "--max-total-tokens") == "5000"
+    assert len(lines) == 2 and flag(shlex.split(lines[1]), "--max-total-tokens") == "5000"
 
 
 def test_sglang_without_fa3_gets_triton_attention_unless_the_user_chose(monkeypatch):

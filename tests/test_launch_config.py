@@ -2,6 +2,7 @@
 the command line is spelled for the SGLang version (or for `specdec serve`)."""
 
 import json
+import sys
 
 import pytest
 
@@ -228,3 +229,30 @@ def test_the_kv_pool_default_never_overrides_the_users_sizing():
 def test_pool_settings_are_checked(kwargs, message):
     with pytest.raises(LaunchConfigError, match=message):
         LaunchConfig("/m", **kwargs)
+
+
+def test_an_sglang_server_times_its_steps_and_ours_needs_nothing():
+    """SGLang fills /server_info's step_time_dict only with SGLANG_RECORD_STEP_TIME=1 (Lab 3's step costs and the
+    crossover read it; without it a class on real SGLang saw 'these servers sent no step times')."""
+    assert LaunchConfig("m", backend="sglang").environment() == {"SGLANG_RECORD_STEP_TIME": "1"}
+    assert LaunchConfig("tiny", backend="specdec").environment() == {}
+
+
+def test_start_hands_the_config_environment_to_the_server(monkeypatch, tmp_path):
+    """start() puts LaunchConfig.environment() in the server's environment; the caller's env= comes after it."""
+    import time
+
+    from specdec.serving.ops import lifecycle
+
+    monkeypatch.setenv(lifecycle.RUN_DIR_ENV, str(tmp_path))
+    shows = "import os, time; print(os.environ.get('SGLANG_RECORD_STEP_TIME'), os.environ.get('X'), flush=True); time.sleep(60)"
+    monkeypatch.setattr(LaunchConfig, "command", lambda self, version=None, python=None: [sys.executable, "-c", shows])
+    for env, seen in ((None, "1 None"), ({"SGLANG_RECORD_STEP_TIME": "0", "X": "y"}, "0 y")):
+        server = lifecycle.start(LaunchConfig("m", backend="sglang"), env=env)
+        try:
+            deadline = time.monotonic() + 30
+            while seen not in server.log_path.read_text() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert seen in server.log_path.read_text()
+        finally:
+            server.stop(grace=2)

@@ -123,6 +123,8 @@ def main(args) -> int:
     if cfg.resolved_backend() == "sglang":
         pool = cfg.kv_pool_default()
         notes += [pool.describe()] if pool else []
+        notes.append("in the server's environment: " + " ".join(f"{k}={v}" for k, v in cfg.environment().items())
+                     + " (its decode steps' times in /server_info, which Lab 3's step costs read)")
         if cfg.attention_backend == "triton" and args.attention_backend is None:
             notes.append("sgl_kernel has no FA3 library here: --attention-backend triton")
     if args.dry_run:

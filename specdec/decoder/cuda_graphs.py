@@ -241,10 +241,12 @@ _said_eager = False
 
 
 def say_eager_once(device) -> None:
-    """On a CPU the decoder runs eager; say so once per process."""
+    """On a CPU the decoder runs eager; say so once per process (and why: a GPU machine may build a model on its CPU,
+    as Lab 2's memory-bound demo does)."""
     global _said_eager
     if not _said_eager and torch.device(device).type != "cuda":
-        print("specdec: no CUDA device, so no CUDA graphs: the decoder runs eager", file=sys.stderr)
+        why = "the model is on the CPU" if torch.cuda.is_available() else "no CUDA device"
+        print(f"specdec: {why}, so no CUDA graphs: the decoder runs eager", file=sys.stderr)
         _said_eager = True
 
 

@@ -41,14 +41,16 @@ def fits(q: torch.Tensor) -> bool:
 
 def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """softmax(q k^T / sqrt(D)) v over the slots the mask allows, in two kernels: q [B, h, R, D], k, v [B, h, S, D],
-    mask [B, 1, R, S] bool -> [B, h, R, D] in q's dtype."""
+    mask [B, 1, R, S] bool, or [1, 1, R, S] for every row of the batch (as SDPA and model.attention broadcast it)
+    -> [B, h, R, D] in q's dtype."""
     B, H, R, D = q.shape
     S = k.shape[2]
     rows, splits, split_slots, parts = _plan(B, H, R, S, D, q.device)
     _split[(B * H, splits)](
         q, k, v, mask, *parts,
         q.stride(0), q.stride(1), q.stride(2), q.stride(3), k.stride(0), k.stride(1), k.stride(2), k.stride(3),
-        v.stride(0), v.stride(1), v.stride(2), v.stride(3), mask.stride(0), mask.stride(2), mask.stride(3),
+        v.stride(0), v.stride(1), v.stride(2), v.stride(3), mask.stride(0) if mask.shape[0] == B else 0,
+        mask.stride(2), mask.stride(3),
         H, R, S,
         SCALE=D ** -0.5, SPLIT_SLOTS=split_slots, ROWS=rows, BLOCK_S=BLOCK_S, D=D, IEEE=q.dtype == torch.float32)
     return _combined(parts, B, H, R, D, q.dtype, splits, rows)

@@ -239,7 +239,9 @@ class Attention(nn.Module):
             qg = q.reshape(B, self.nkv, g * T, self.d)
             if g * T > DECODE_ROWS:  # a prefill: the fused kernel, which never holds the [g*T, S] scores
                 y = F.scaled_dot_product_attention(qg, K, V, attn_mask=mask)
-            elif KERNEL_ATTENTION and kernel.fits(qg):  # a decode or verify step on a GPU: the Triton kernel
+            elif KERNEL_ATTENTION and isinstance(cache, LayerCache) and kernel.fits(qg):
+                # a decode or verify step on a GPU: the Triton kernel. Not for the training's DepthKV: the kernel has
+                # no backward, and a chain unrolled over a short window (g*T rows within DECODE_ROWS) would reach it
                 y = kernel.decode_attention(qg, K, V, mask)
             else:  # the same step written out: the CPU's, and the kernel's reference
                 y = attention(qg, K, V, mask)

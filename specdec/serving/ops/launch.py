@@ -199,6 +199,11 @@ class LaunchConfig:
     def resolved_backend(self) -> str:
         return detect_backend() if self.backend == "auto" else self.backend
 
+    def environment(self) -> dict[str, str]:
+        """What this server's environment adds: SGLang times its decode steps (/server_info's step_time_dict, which
+        Lab 3's step costs and crossover read; off by default in SGLang). specdec serve always times them."""
+        return {"SGLANG_RECORD_STEP_TIME": "1"} if self.resolved_backend() == "sglang" else {}
+
     def command(self, version: str | None = None, python: str = sys.executable) -> list[str]:
         """The argv that starts this server with its backend (SGLang: the installed or given version)."""
         if self.resolved_backend() == "sglang":

@@ -282,7 +282,8 @@ def start(spec: LaunchConfig | ServerCommand, *, env: dict[str, str] | None = No
           log_path: str | Path | None = None, grace: float = 15.0, version: str | None = None) -> Server:
     """Start a server without waiting for it (its session, log file and pid file); then `wait_healthy` or `probe`.
 
-    `env` is added to the server's environment (e.g. SGLANG_SIMULATE_ACC_LEN, CUDA_VISIBLE_DEVICES).
+    `env` is added to the server's environment (e.g. SGLANG_SIMULATE_ACC_LEN, CUDA_VISIBLE_DEVICES), after a
+    LaunchConfig's own (LaunchConfig.environment: SGLang's step times).
     `version` picks the SGLang command-line spelling (default: the installed SGLang).
     """
     reap_stale()
@@ -291,8 +292,9 @@ def start(spec: LaunchConfig | ServerCommand, *, env: dict[str, str] | None = No
         raise ServerError(f"port {spec.port} on {spec.host} is already taken (another server?): choose another "
                           "port, or leave it unset for a free one")
     port = spec.port or free_port(spec.host)
+    own_env = {}
     if isinstance(spec, LaunchConfig):
-        argv = spec.replace(port=port).command(version)
+        argv, own_env = spec.replace(port=port).command(version), spec.environment()
     else:
         argv = [a.format(host=spec.host, port=port) for a in spec.argv]
     url_host = "127.0.0.1" if spec.host in ("0.0.0.0", "::", "") else spec.host
@@ -305,7 +307,7 @@ def start(spec: LaunchConfig | ServerCommand, *, env: dict[str, str] | None = No
         log.flush()
         try:
             process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       start_new_session=True, env={**os.environ, **(env or {})})
+                                       start_new_session=True, env={**os.environ, **own_env, **(env or {})})
         except OSError as exc:
             raise ServerError(f"cannot start {argv[0]}: {exc}") from None
     try:
