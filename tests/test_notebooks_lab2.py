@@ -60,6 +60,13 @@ SOLUTION_SMALL = {"K, NEW, REPEAT = 4, 64, 2  # each timing is the fastest of 2 
 SOLUTION_TRAINING = "20 steps of 8 x 32" if os.environ.get("SPECDEC_FULL_NOTEBOOKS") == "1" else "10 steps of 8 x 32"
 
 
+def assert_no_progress_bar_warning(nb):
+    """tqdm without ipywidgets warns once, when first imported (by the first cell's imports): the filter comes first."""
+    stderr = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
+                     for o in c.outputs if o.get("name") == "stderr")
+    assert "IProgress" not in stderr, stderr[:500]
+
+
 def assert_guesses_shown(out, n):
     """The predict-first cells ran, and their (default, empty) guesses are printed next to the measurement."""
     assert out.count("no guess written") == n, out
@@ -231,6 +238,7 @@ def assert_gap_to_the_oracle_line(out):
 def test_solution_runs_with_full_marks(tmp_path, inline_plots):
     nb, seconds = execute(shrunk(nbformat.read(SOLUTION, as_version=4), SOLUTION_SMALL), tmp_path)
     assert seconds < BUDGET_S
+    assert_no_progress_bar_warning(nb)
     out = text_of(nb)
     for ex in EXERCISES:
         assert re.search(rf"{re.escape(ex)} \[PASS\]", out), f"{ex} did not pass:\n{out}"
@@ -271,6 +279,7 @@ def test_untouched_lab_runs_to_the_end_with_zero(tmp_path):
     assert "### BEGIN SOLUTION" not in "".join(c.source for c in lab.cells)
     nb, seconds = execute(shrunk(lab, SMALL), tmp_path)  # raises CellExecutionError if a cell depends on a stub
     assert seconds < BUDGET_S
+    assert_no_progress_bar_warning(nb)
     out = text_of(nb)
     for ex in EXERCISES:
         assert re.search(rf"{re.escape(ex)} \[FAIL\] 0/\d+ .*not implemented", out), f"{ex}:\n{out}"
