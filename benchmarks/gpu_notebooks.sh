@@ -9,7 +9,11 @@
 # Under $OUT: the executed copies (nb/), the grades (grade_labN.json), the servers' logs (run/); the log on stdout.
 # benchmarks/gpu_notebooks_report.py reads them back into benchmarks/logs/gpu_notebooks.log.
 set -u
+cd "$(dirname "$0")/.."
 [ $# -gt 0 ] || { echo "usage: $0 LAB... (1, 2, 3)" >&2; exit 2; }
+for lab in "$@"; do case $lab in 1|2|3) ;; *) echo "$0: no lab $lab (1, 2, 3)" >&2; exit 2 ;; esac; done
+[ -n "${OUT:-}" ] || { echo "$0: set OUT to the folder for the executed copies and grades" >&2; exit 2; }
+[ -e .nbpack/nbsite.tar.xz ] || { echo "$0: no .nbpack/nbsite.tar.xz: build it with tools/nbpack/build.sh" >&2; exit 2; }
 mkdir -p /tmp/nbsite "$OUT/nb" && tar -xJf .nbpack/nbsite.tar.xz -C /tmp/nbsite
 export PYTHONPATH=/tmp/nbsite:$PWD:${PYTHONPATH:-} MPLBACKEND=Agg SPECDEC_RUN_DIR=$OUT/run
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
@@ -51,7 +55,6 @@ for lab in "$@"; do
        [ "${LAB3_SOLUTION:-1}" = 1 ] && execute solutions/03_sglang_live.ipynb 480
        [ "${LAB3_UNTOUCHED:-0}" = 1 ] && execute labs/03_sglang_live.ipynb 250
        grade 3 60 solutions/03_sglang_live.ipynb labs/03_sglang_live.ipynb ;;
-    *) echo "no lab $lab" >&2; exit 2 ;;
   esac
 done
 pkill -f sglang.launch_server && echo "stopped sglang servers left behind" || true

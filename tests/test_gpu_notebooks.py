@@ -1,5 +1,7 @@
-"""benchmarks/gpu_notebooks_report.py, which reads back what benchmarks/gpu_notebooks.sh ran on the GPU node: on an
-executed copy made here, it names the failed cell and its exception, what went to stderr, the checks and the grade."""
+"""benchmarks/gpu_notebooks.sh, the rehearsal of every lab on the GPU node, refuses what it cannot run before it
+starts anything; benchmarks/gpu_notebooks_report.py, which reads back what it ran: on an executed copy made here, it
+names the failed cell and its exception, what went to stderr, the checks and the grade. (The script itself ran on an
+H200: benchmarks/logs/gpu_notebooks.log.)"""
 
 import json
 import subprocess
@@ -9,7 +11,27 @@ from pathlib import Path
 
 import nbformat
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_notebooks_report.py"
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+SCRIPT = BENCH / "gpu_notebooks_report.py"
+
+
+def test_the_rehearsal_refuses_a_wrong_lab_a_missing_out_or_pack_first(tmp_path):
+    import os
+
+    def run(*labs, out=str(tmp_path)):
+        env = {k: v for k, v in os.environ.items() if k != "OUT"} | ({"OUT": out} if out else {})
+        return subprocess.run(["bash", str(BENCH / "gpu_notebooks.sh"), *labs], capture_output=True, text=True,
+                              env=env, timeout=60)
+
+    assert run().returncode == 2 and "usage" in run().stderr
+    bad = run("1", "4")
+    assert bad.returncode == 2 and "no lab 4 (1, 2, 3)" in bad.stderr
+    no_out = run("1", out=None)
+    assert no_out.returncode == 2 and "set OUT" in no_out.stderr
+    if not (BENCH.parent / ".nbpack" / "nbsite.tar.xz").exists():  # a clean clone: the pack is built on demand
+        no_pack = run("1")
+        assert no_pack.returncode == 2 and "tools/nbpack/build.sh" in no_pack.stderr
+    assert not (tmp_path / "nb").exists()  # nothing started, nothing written
 
 
 def test_the_report_names_failed_cells_stderr_checks_and_grades(tmp_path):
