@@ -4,6 +4,7 @@ names the failed cell and its exception, what went to stderr, the checks and the
 H200: benchmarks/logs/gpu_notebooks.log.)"""
 
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -16,14 +17,13 @@ SCRIPT = BENCH / "gpu_notebooks_report.py"
 
 
 def test_the_rehearsal_refuses_a_wrong_lab_a_missing_out_or_pack_first(tmp_path):
-    import os
-
     def run(*labs, out=str(tmp_path)):
         env = {k: v for k, v in os.environ.items() if k != "OUT"} | ({"OUT": out} if out else {})
         return subprocess.run(["bash", str(BENCH / "gpu_notebooks.sh"), *labs], capture_output=True, text=True,
                               env=env, timeout=60)
 
-    assert run().returncode == 2 and "usage" in run().stderr
+    bare = run()
+    assert bare.returncode == 2 and "usage" in bare.stderr
     bad = run("1", "4")
     assert bad.returncode == 2 and "no lab 4 (1, 2, 3)" in bad.stderr
     no_out = run("1", out=None)
