@@ -42,7 +42,7 @@ from specdec.serving.measure.bench import SweepConfig, format_sweep, run_sweep  
 from specdec.serving.measure.compare import compare, crossovers, format_comparison  # noqa: E402
 from specdec.serving.measure.machine import cpu_name  # noqa: E402
 from specdec.serving.ops.launch import LaunchConfig  # noqa: E402
-from specdec.serving.ops.lifecycle import ServerError, launch  # noqa: E402
+from specdec.serving.ops.lifecycle import ServerError, brief, launch  # noqa: E402
 
 ZOO = ROOT / "specdec" / "zoo" / "tiny"
 CHAIN = dict(num_steps=3, topk=1, num_draft_tokens=4)
@@ -66,8 +66,8 @@ def start_all(configs: dict[str, tuple[LaunchConfig, dict]], logs: Path, timeout
             report(f"{name} healthy after {time.time() - t:.0f} s at {out[name].url}")
             out[name].startup_s = round(time.time() - t, 1)
         except ServerError as exc:
-            out[name] = f"{exc}"[:3000]
-            report(f"{name} FAILED: {str(exc)[:1500]}")
+            out[name] = brief(f"{exc}", 3000)
+            report(f"{name} FAILED: {brief(str(exc), 1500)}")
 
     threads = [threading.Thread(target=one, args=(n, c, e)) for n, (c, e) in configs.items()]
     for th in threads:
@@ -86,7 +86,7 @@ def measure_one_by_one(servers: dict, measure, on_error, save) -> None:
             try:
                 measure(name, srv)
             except Exception as exc:  # keep the other servers' measurements
-                on_error(name, repr(exc)[:2000])
+                on_error(name, brief(repr(exc)))
                 say(f"{name}: ERROR {exc!r}")
             finally:
                 srv.stop()

@@ -39,7 +39,7 @@ from gpu_lab3 import compare_with, env_report, model_dir, say  # noqa: E402
 
 from specdec.serving.measure.bench import SweepConfig, run_sweep  # noqa: E402
 from specdec.serving.ops.launch import LaunchConfig  # noqa: E402
-from specdec.serving.ops.lifecycle import ServerCommand, ServerError, launch  # noqa: E402
+from specdec.serving.ops.lifecycle import ServerCommand, ServerError, brief, launch  # noqa: E402
 
 LEVELS = (1, 4, 16)
 GOALS = {"plain_vs_sglang": 0.9, "adaptive_vs_plain": 0.98, "adaptive_vs_plain_at_1": 1.5}
@@ -77,8 +77,8 @@ def measure(name: str, spec, args, out: Path, summary: dict, sweeps: dict, start
         if isinstance(srv, str):
             raise ServerError(srv)
     except ServerError as exc:
-        summary["errors"][name] = str(exc)[:3000]
-        say(f"{name} FAILED to start: {str(exc)[:1500]}")
+        summary["errors"][name] = brief(str(exc), 3000)
+        say(f"{name} FAILED to start: {brief(str(exc), 1500)}")
         return
     try:
         summary["startup_s"][name] = getattr(srv, "startup_s", None) or round(time.time() - t, 1)
@@ -100,7 +100,7 @@ def measure(name: str, spec, args, out: Path, summary: dict, sweeps: dict, start
             say(f"{name} concurrency {r['concurrency']}: {tok_s:.1f} output tok/s over {r['wall_s']:.1f} s"
                 + (f", accept length {tau:.2f}" if tau is not None else ""))
     except Exception as exc:  # keep the other servers' numbers
-        summary["errors"][name] = repr(exc)[:2000]
+        summary["errors"][name] = brief(repr(exc))
         say(f"{name}: ERROR {exc!r}")
     finally:
         srv.stop()

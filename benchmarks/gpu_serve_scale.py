@@ -29,6 +29,7 @@ for p in (str(ROOT), str(ROOT / "benchmarks")):
 import gpu_tree_sweep as ts  # noqa: E402
 
 from specdec.serving.ops.launch import LaunchConfig  # noqa: E402
+from specdec.serving.ops.lifecycle import brief  # noqa: E402
 
 ZOO = ROOT / "specdec" / "zoo" / "tiny"
 # name -> (SGLang's algorithm, draft directory, (num_steps, topk, num_draft_tokens))
@@ -72,7 +73,7 @@ def run_kind(kind: str, names: list[str], args, summary: dict, out: Path) -> Non
                        lambda: ts.save(summary, out))
     for name, srv in servers.items():
         if isinstance(srv, str):
-            part[name] = {"error": srv[:2000]}
+            part[name] = {"error": brief(srv)}
         else:
             left = ts.session_left(srv.pid)
             summary.setdefault("left_running", []).extend(left)

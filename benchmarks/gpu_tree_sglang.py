@@ -26,6 +26,7 @@ from gpu_lab3 import ZOO, check_prompts, env_report, measure_one_by_one, say, st
 from sglang_zoo_check import PROMPTS  # noqa: E402
 
 from specdec.serving.ops.launch import LaunchConfig  # noqa: E402
+from specdec.serving.ops.lifecycle import brief  # noqa: E402
 
 # (num_steps, topk, num_draft_tokens): chains and trees with as many verified tokens (4, 8, 16)
 SHAPES = [(3, 1, 4), (3, 2, 4), (7, 1, 8), (4, 2, 8), (4, 4, 8), (15, 1, 16), (5, 4, 16), (5, 8, 16)]
@@ -86,11 +87,11 @@ def main() -> int:
                        lambda: (out / "summary.json").write_text(json.dumps(summary, indent=1)))
     for n, s in servers.items():
         if isinstance(s, str):
-            summary["errors"][n] = s[:2000]
+            summary["errors"][n] = brief(s)
     try:
         summary["ours"] = ours(SHAPES)
     except Exception as exc:  # keep SGLang's numbers
-        summary["errors"]["ours"] = repr(exc)[:2000]
+        summary["errors"]["ours"] = brief(repr(exc))
         say(f"ours: ERROR {exc!r}")
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     say("shape (steps,topk,ndt) | SGLang accept length | ours bf16 | ours fp32")

@@ -25,6 +25,7 @@ from specdec.serving.ops.lifecycle import (
     RUN_DIR_ENV,
     ServerCommand,
     ServerError,
+    brief,
     launch,
     pid_alive,
     reap_stale,
@@ -147,6 +148,19 @@ def test_a_crash_while_starting_raises_with_the_last_log_lines():
         launch(standin("--startup-delay", "60", "--crash-after", "0.3"), timeout=30, progress=False)
     assert "fatal error while loading the model" in err.value.log_tail
     assert err.value.log_path.exists()
+
+
+def test_a_long_start_error_keeps_its_first_line_and_its_last():
+    """Benchmarks cut a server's start error to fit a log line and a summary: the exception is at the end of the
+    log's traceback (a cut from the start lost it in an SGLang fp32 start, 2026-11-29) and what failed at the start."""
+    trace = "\n".join(f'  File "/sglang/srt/layer{i}.py", line {i}, in forward' for i in range(200))
+    text = str(ServerError("server exited with status -9 before it was healthy", Path("/out/3,1,4.log"),
+                           trace + "\nRuntimeError: rmsnorm failed to dispatch data type Float"))
+    cut = brief(text, 1500)
+    assert len(text) > 1500 >= len(cut)
+    assert cut.startswith("server exited with status -9 before it was healthy (log: /out/3,1,4.log)\n")
+    assert cut.endswith("RuntimeError: rmsnorm failed to dispatch data type Float") and "[...]" in cut
+    assert brief("short", 1500) == "short"
 
 
 def test_a_missing_executable_is_one_line():

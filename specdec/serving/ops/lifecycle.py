@@ -48,6 +48,16 @@ class ServerError(RuntimeError):
         super().__init__(f"{message}{where}" + (f"\n--- last lines of the log ---\n{log_tail}" if log_tail else ""))
 
 
+def brief(text: str, limit: int = 2000) -> str:
+    """A long error cut to `limit` characters in its middle: its first line (what failed, the log's path) and its end
+    (a traceback's last line names the exception; cutting the end off, as a plain slice does, loses it)."""
+    if len(text) <= limit:
+        return text
+    head = text.split("\n", 1)[0][: limit // 2]
+    cut = "\n[...]\n"
+    return head + cut + text[len(text) - (limit - len(head) - len(cut)):]
+
+
 def run_dir() -> Path:
     d = Path(os.environ.get(RUN_DIR_ENV) or Path.home() / ".cache" / "specdec" / "servers")
     d.mkdir(parents=True, exist_ok=True)
@@ -376,5 +386,5 @@ def _same_group(pid: int) -> bool:
 
 
 __all__ = ["HEALTH_PATH", "RUN_DIR_ENV", "STOP_SIGNALS", "Server", "ServerCommand", "ServerError", "StopSignal",
-           "kill_session", "launch", "pid_alive", "reap_stale", "run_dir", "session_members", "start",
+           "brief", "kill_session", "launch", "pid_alive", "reap_stale", "run_dir", "session_members", "start",
            "start_ticks", "stop_on_signals"]
