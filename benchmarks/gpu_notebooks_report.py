@@ -17,7 +17,9 @@ from pathlib import Path
 import nbformat
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-SHOWN = re.compile(r"^(total: .*|device: .*|.*final loss.*|.*servers still running.*|both servers answer after.*)$", re.M)
+# Lab 3's step times (Exercise 8, from /server_info: SGLang sends them only with SGLANG_RECORD_STEP_TIME=1)
+SHOWN = re.compile(r"^(total: .*|device: .*|.*final loss.*|.*servers still running.*|both servers answer after.*"
+                   r"|.*plain step .* ms, speculative step .* ms.*|.*sent no step times.*)$", re.M)
 CHECK = re.compile(r"^lab\d\.q\d+ \[(PASS|FAIL)\]", re.M)
 
 

@@ -11,6 +11,7 @@ import requests
 import uvicorn
 
 from specdec.decoder.engine import Engine
+from specdec.decoder.methods import METHODS
 from specdec.serving.server.scheduler import Scheduler
 from specdec.serving.server.app import ServerArgs, bind, build_app
 from specdec.serving.server.engine_process import Loaded, engine_facts
@@ -27,7 +28,7 @@ def running_server(bundle, method="mtp", k=4, max_batch=8, max_len=512, api_key=
     facts = engine_facts(Loaded(engine, bundle.tokenizer, device="cpu", dtype="float32"))
     with served(scheduler, lambda port: ServerArgs(
             model_path=str(bundle.paths.get("target", "")), served_model_name="tiny",
-            speculative_algorithm=None if method == "ar" else method,
+            speculative_algorithm=METHODS[method].reported, specdec_method=method,
             speculative_num_steps=None if method == "ar" else k, host="127.0.0.1", port=port,
             max_running_requests=max_batch, context_length=max_len, api_key_set=bool(api_key),
             device="cpu", dtype="float32", speculative_eagle_topk=None if method == "ar" else topk,
@@ -119,7 +120,7 @@ def running_two_process_server(method="mtp", k=4, max_batch=8, max_len=512, api_
                                                 **engine_args), timeout=120)
     with served(proxy, lambda port: ServerArgs(
             model_path=proxy.engine.model_path, served_model_name="tiny",
-            speculative_algorithm=None if method == "ar" else method,
+            speculative_algorithm=METHODS[method].reported, specdec_method=method,
             speculative_num_steps=None if method == "ar" else k, host="127.0.0.1", port=port,
             max_running_requests=max_batch, context_length=max_len, api_key_set=bool(api_key),
             device="cpu", dtype="float32"), api_key) as url:

@@ -37,7 +37,9 @@ def test_the_rehearsal_refuses_a_wrong_lab_a_missing_out_or_pack_first(tmp_path)
 def test_the_report_names_failed_cells_stderr_checks_and_grades(tmp_path):
     nb = nbformat.v4.new_notebook()
     ok = nbformat.v4.new_code_cell("print('lab2.q1 [PASS] 2/2 ...')", id="ok-cell", execution_count=1, outputs=[
-        nbformat.v4.new_output("stream", name="stdout", text="lab2.q1 [PASS] 2/2 ...\ntotal: 2 / 19\n"),
+        nbformat.v4.new_output("stream", name="stdout", text="lab2.q1 [PASS] 2/2 ...\ntotal: 2 / 19\n"
+                               "  concurrency 1: plain step 1.48 ms, speculative step 3.96 ms: predicted 1.35x\n"
+                               "these servers sent no step times (SGLang records them ...)\nan unshown line\n"),
         nbformat.v4.new_output("stream", name="stderr", text="a warning\nits last line\n")])
     bad = nbformat.v4.new_code_cell("boom()", id="bad-cell", execution_count=2, outputs=[
         nbformat.v4.new_output("error", ename="AcceleratorError", evalue="\x1b[31mCUDA error: an illegal memory access\x1b[0m\nmore",
@@ -58,5 +60,8 @@ def test_the_report_names_failed_cells_stderr_checks_and_grades(tmp_path):
         assert "  FAILED at cell 1 (bad-cell): AcceleratorError: CUDA error: an illegal memory access" in lines
         assert "  stderr, cell 0 (ok-cell): its last line" in lines
         assert "  checks printed: 1 PASS, 0 FAIL" in lines and "  total: 2 / 19" in lines
+        assert "  concurrency 1: plain step 1.48 ms, speculative step 3.96 ms: predicted 1.35x" in lines  # Lab 3's
+        assert "  these servers sent no step times (SGLang records them ...)" in lines  # step times, or their absence
+        assert not any("unshown" in line for line in lines)
         assert "grade_lab2.json: 02.ipynb 0 / 19" in lines
     assert subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, timeout=60).returncode == 2

@@ -132,7 +132,7 @@ def test_server_info_metrics_and_flush(server):
     info = requests.get(f"{url}/server_info", timeout=10).json()
     assert requests.get(f"{url}/get_server_info", timeout=10).json()["version"] == info["version"]
     state = info["internal_states"][0]
-    assert info["version"] and info["speculative_algorithm"] == "mtp" and 1 <= state["avg_spec_accept_length"] <= 5
+    assert info["version"] and info["speculative_algorithm"] == "EAGLE" and info["specdec_method"] == "mtp" and 1 <= state["avg_spec_accept_length"] <= 5
     metrics = requests.get(f"{url}/metrics", timeout=10).text
     values = {line.split("{")[0]: float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
               if line.startswith("sglang:")}

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from specdec.decoder.methods import method_named
 from specdec.grading.registry import get_exercise, run_check
 from specdec.serving.measure import records
 from specdec.serving.measure.records import MetricsSnapshot, ServerInfo, record_from_response, record_from_stream
@@ -89,6 +90,7 @@ def test_server_info(name):
         assert info.speculative_algorithm is None and info.num_draft_tokens is None
     else:
         assert info.speculative_algorithm == "EAGLE"  # NEXTN is rewritten to EAGLE
+        assert method_named(name).reported == info.speculative_algorithm  # what specdec serve reports for it
         assert (info.num_steps, info.topk, info.num_draft_tokens) == (3, 1, 4)
         assert info.max_running_requests == 48  # SGLang's cap with speculation when none is set
     draft = REAL[name]["server_info"]["speculative_draft_model_path"]

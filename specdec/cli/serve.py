@@ -81,7 +81,7 @@ def main(args: argparse.Namespace) -> int:
         facts = engine.engine
         port = sock.getsockname()[1]
         server_args = ServerArgs(model_path=facts.model_path, served_model_name=args.served_model_name or args.model,
-                                 speculative_algorithm=None if method == "ar" else method,
+                                 speculative_algorithm=method_named(method).reported, specdec_method=method,
                                  speculative_num_steps=None if method == "ar" else args.k, host=args.host, port=port,
                                  speculative_eagle_topk=None if method == "ar" else shape.topk,
                                  speculative_num_draft_tokens=None if method == "ar" else shape.num_draft_tokens,

@@ -14,6 +14,14 @@ class Method:
     sglang: str  # SGLang's --speculative-algorithm ("none": plain decoding)
 
     @property
+    def reported(self) -> str | None:
+        """The algorithm SGLang's /server_info names for it (None: plain decoding). SGLang resolves NEXTN to EAGLE
+        when it starts (0.5.16: the MTP layer is drafted by the EAGLE worker), so a NEXTN server reports EAGLE."""
+        if self.name == "ar":
+            return None
+        return "EAGLE" if self.sglang == "NEXTN" else self.sglang
+
+    @property
     def parts(self) -> tuple[str, ...]:
         """What load_bundle must load besides the target for this method."""
         return (self.part,) if self.part else ()

@@ -51,6 +51,7 @@ class ServerArgs:
     dtype: str
     speculative_eagle_topk: int | None = None  # 1: a chain
     speculative_num_draft_tokens: int | None = None  # tokens a verify step checks, the root included
+    specdec_method: str | None = None  # the course's name (mtp, eagle, ...); SGLang's name is speculative_algorithm
 
     def draft_tokens(self) -> int | None:
         """Tokens a verify step checks, the root included (a chain of k drafts: k + 1); None without speculation."""
