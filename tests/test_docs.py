@@ -159,7 +159,9 @@ def test_the_rehearsal_the_guide_reports_is_in_its_log():
                  "== execute solutions/03_sglang_live.ipynb: rc=0 in 307 s",
                  "concurrency 1: plain step 1.48 ms, speculative step 3.96 ms"):
         assert line in log, line
+    together = (ROOT / "benchmarks" / "logs" / "gpu_lab_servers.log").read_text()
+    assert "sglang: both servers answer after 105.3 s (started 0.0 s apart); left running: none" in together
     for figure in ("80 s", "29 s", "27 s", "74.2 s", "179 s", "262 s", "`16 / 16`", "`19 / 19`", "`20 / 20`", "207.6 s",
-                   "307 s", "plain step 1.48 ms, speculative step 3.96 ms"):
+                   "307 s", "plain step 1.48 ms, speculative step 3.96 ms", "105.3 s"):
         assert figure in section, figure
 

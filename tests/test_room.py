@@ -8,6 +8,7 @@ Processes are checked in /proc: a server's whole session (it and anything it sta
 
 import csv
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from test_launch_lifecycle import STANDIN
+from test_launch_lifecycle import STANDIN, processes_with
 from test_notebooks_lab3 import assert_solution_ran
 from test_launch_lifecycle import standin as standin_command
 
@@ -302,6 +303,26 @@ def test_lab_servers_take_the_rooms_and_start_only_what_is_missing():
     finally:
         plain.stop(), spec.stop()
     assert gone([plain.pid, spec.pid]) == []
+
+
+def test_lab_servers_start_both_at_once_and_a_crash_stops_the_other():
+    """An SGLang start takes minutes on a fresh GPU node (207.6 s for Lab 3's two one after the other,
+    benchmarks/logs/gpu_notebooks.log): the two start together. The plain stand-in answers only after 10 s; the
+    speculative one was started within a second of it, not after it. One that crashes takes the other down with it."""
+    slow_plain, spec_cmd = standin_command("--plain", "--startup-delay", "10"), standin_command()
+    plain, spec = lab_servers(slow_plain, spec_cmd, timeout=60, environ={}, report=lambda line: None)
+    try:
+        hz = os.sysconf("SC_CLK_TCK")
+        assert plain.started and spec.started and abs(spec.ticks - plain.ticks) / hz < 5, (plain.ticks, spec.ticks)
+    finally:
+        plain.stop(), spec.stop()
+    assert gone([plain.pid, spec.pid]) == []
+    waiting = ("--startup-delay", "47.25")  # a value no other test's stand-in uses: its processes are found by it
+    with pytest.raises(ServerError, match="exited with status 3") as err:
+        lab_servers(standin_command("--plain", *waiting), standin_command("--crash-after", "0.5"),
+                    timeout=60, environ={}, report=lambda line: None)
+    assert "fatal error while loading the model" in err.value.log_tail
+    assert processes_with(" ".join(waiting)) == [], "the plain server outlived the failed start"
 
 
 @pytest.mark.slow

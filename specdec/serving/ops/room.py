@@ -29,7 +29,6 @@ from specdec.serving.ops.lifecycle import (
     ServerCommand,
     ServerError,
     kill_session,
-    launch,
     pid_alive,
     run_dir,
     session_members,
@@ -220,13 +219,21 @@ def lab_servers(plain_cfg: LaunchConfig, spec_cfg: LaunchConfig, timeout: float 
             raise ServerError(f"{name}={given[role]} {what}: {ENV_URL} is for the plain server, {ENV_SPEC_URL} "
                               "for the speculative one")
         servers[role] = server
-    started = []
+    started: list[Server] = []
     try:
+        # Both at once, then wait for each: an SGLang start takes a minute or more (three on a machine's first), and
+        # the two overlap instead of adding up. Memory allows it: each takes its fraction of the GPU's total.
         for role, cfg in (("plain", plain_cfg), ("speculative", spec_cfg)):
             if role not in servers:
-                servers[role] = launch(cfg, timeout=timeout, progress=False)  # a bar's redraws fill a notebook
+                servers[role] = start(cfg)
                 started.append(servers[role])
-    except BaseException:
+        deadline = time.monotonic() + timeout
+        for s in started:
+            left = deadline - time.monotonic()
+            if left <= 0 and not s.probe():
+                raise ServerError(f"server not healthy after {timeout:.0f} s", s.log_path, s.log_tail())
+            s.wait_healthy(max(left, 0.1), progress=False)  # no bar: its redraws fill a notebook
+    except BaseException:  # a crash, a timeout, Ctrl-C: nothing started here outlives the attempt
         for s in started:
             s.stop()
         raise
