@@ -841,8 +841,7 @@ def render_fixed_fp32() -> str:
         return ""
     rows, gaps, gains = [], {"bf16": [], "fp32": []}, []
     for method, data in runs.items():
-        mine = {"sglang": {k: v for k, v in sg32[method]["sglang"].items()},
-                "ours": {k: v for doc in fp32[method] for k, v in doc["ours"].items()}}
+        mine = {"sglang": sg32[method]["sglang"], "ours": {k: v for doc in fp32[method] for k, v in doc["ours"].items()}}
         gains.append((method, fixed_gains({"settings": data["settings"], **mine})))
         for shape in data["settings"]["shapes"]:
             name = key(tuple(shape))
