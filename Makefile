@@ -24,9 +24,11 @@ env: $(STAMP)
 demo: $(STAMP)
 	MPLBACKEND=Agg $(BIN)/specdec tour
 
-# Two pytest-xdist workers (a 2-core machine); a module whose tests share a fixture runs on one worker
-# (tests/conftest.py: its pytest_xdist_make_scheduler), and the slow tests are handed out first.
-XDIST  ?= -n 2 --dist loadgroup
+# Three pytest-xdist workers on a 2-core machine: while one waits (a server starting, a kernel's time limit) the
+# other two keep both cores busy (2026-11-29, the same tree: 193% of a core against 183% with two workers). A module
+# whose tests share a fixture runs on one worker (tests/conftest.py: its pytest_xdist_make_scheduler), and the slow
+# tests are handed out first.
+XDIST  ?= -n 3 --dist loadgroup
 
 test: $(STAMP)
 	MPLBACKEND=Agg $(BIN)/python -m pytest -q $(XDIST)

@@ -32,7 +32,7 @@ sys.dont_write_bytecode = False
 
 def pytest_configure(config):
     """torch with one thread where tests run: in each pytest-xdist worker, or in a run without workers. The
-    controller of `-n 2` runs none and does not import torch, which it did before starting the workers (1 to
+    controller of `-n 3` runs none and does not import torch, which it did before starting the workers (1 to
     3 s of every run's start, the first import in a clean clone compiling torch's bytecode)."""
     if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
         return
@@ -110,7 +110,7 @@ def inline_plots(monkeypatch):
     monkeypatch.delenv("MPLBACKEND", raising=False)
 
 
-# ----- scheduling: `make test` runs the suite on two pytest-xdist workers (-n 2 --dist loadgroup) -------------
+# ----- scheduling: `make test` runs the suite on three pytest-xdist workers (-n 3 --dist loadgroup) ---------
 # Whole modules marked slow (notebooks executed, notebooks graded, servers started): `make test-quick` leaves
 # them out (`-m "not slow"`); single slow tests elsewhere carry @pytest.mark.slow themselves.
 SLOW_MODULES = {

@@ -363,12 +363,16 @@ def test_reference_scores_full(ex_id, seeded):
 
 @pytest.mark.parametrize("ex_id", sorted(REFERENCE))
 def test_unseeded_reference_passes_quickly(ex_id):
-    """The real thing, os.urandom seeds; and each check is cheap (no model)."""
+    """The real thing, os.urandom seeds; and each check is cheap (no model): the fastest of three under 0.5 s of
+    CPU time. (The fastest, as a timing is taken: the same check's CPU time grows by up to 1.7x while the other
+    worker and its servers share the two cores, 2026-11-29: three took 1.67 s where alone they take 0.78 s.)"""
     name, fn = REFERENCE[ex_id]
-    with timed() as took:
-        for _ in range(3):
+    took = []
+    for _ in range(3):
+        with timed() as one:
             assert run_check(get_exercise(ex_id), {name: fn}).score == 1.0
-    assert took.within(3 * 0.5), took  # 0.5 s of CPU time a check
+        took.append(one)
+    assert min(took, key=lambda t: t.cpu).within(0.5), took  # 0.5 s of CPU time a check
 
 
 @pytest.mark.parametrize("ex_id,name,fn", PLANTED, ids=[f.__name__ for _, _, f in PLANTED])

@@ -259,21 +259,33 @@ class Server:
 
     def wait_healthy(self, timeout: float, progress: bool = True) -> None:
         """Poll /health_generate until 200; raise ServerError if the server exits or time runs out."""
-        t0 = time.monotonic()
-        # mininterval: an SGLang start takes a minute or two; a notebook's captured output keeps every redraw
-        with tqdm(total=round(timeout), unit="s", desc=f"starting {self.url}", disable=not progress, leave=False,
-                  mininterval=5, bar_format="{desc}: {n:.0f}/{total:.0f} s") as bar:
-            while True:
-                if self.process.poll() is not None:
-                    raise ServerError(f"server exited with status {self.process.returncode} before it was healthy",
-                                      self.log_path, self.log_tail())
+        wait_all_healthy([self], timeout, progress)
+
+
+def wait_all_healthy(servers: list[Server], timeout: float, progress: bool = False) -> None:
+    """Wait for servers started together until each answers /health_generate; raise ServerError as soon as any
+    of them exits or the time runs out, whichever server it is (not once those before it are up)."""
+    t0, waiting = time.monotonic(), list(servers)
+    desc = f"starting {servers[0].url}" if len(servers) == 1 else f"starting {len(servers)} servers"
+    # mininterval: an SGLang start takes a minute or two; a notebook's captured output keeps every redraw
+    with tqdm(total=round(timeout), unit="s", desc=desc, disable=not progress, leave=False,
+              mininterval=5, bar_format="{desc}: {n:.0f}/{total:.0f} s") as bar:
+        while waiting:
+            for server in servers:  # one that answered and then died fails the start as well
+                if server.process.poll() is not None:
+                    when = "before it was healthy" if server in waiting else "while the others were starting"
+                    raise ServerError(f"server exited with status {server.process.returncode} {when}",
+                                      server.log_path, server.log_tail())
+            for server in list(waiting):
                 elapsed = time.monotonic() - t0
                 if elapsed > timeout:
-                    raise ServerError(f"server not healthy after {timeout:.0f} s", self.log_path, self.log_tail())
-                if self.probe(min(10.0, timeout - elapsed + 0.1)):
-                    return
+                    raise ServerError(f"server not healthy after {timeout:.0f} s", server.log_path, server.log_tail())
+                if server.probe(min(10.0, timeout - elapsed + 0.1)):
+                    waiting.remove(server)
+            if waiting:
                 bar.update(min(timeout, time.monotonic() - t0) - bar.n)
                 # A specdec serve is up in seconds, SGLang in a minute or two; a refused probe costs ~2 ms of CPU
+                elapsed = time.monotonic() - t0
                 time.sleep(0.05 if elapsed < 2 else 0.1 if elapsed < 30 else 0.5)
 
 

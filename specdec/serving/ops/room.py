@@ -34,6 +34,7 @@ from specdec.serving.ops.lifecycle import (
     session_members,
     start,
     start_ticks,
+    wait_all_healthy,
 )
 from specdec.serving.ops.ports import port_free
 
@@ -228,12 +229,8 @@ def lab_servers(plain_cfg: LaunchConfig, spec_cfg: LaunchConfig, timeout: float 
             if role not in servers:
                 servers[role] = start(cfg)
                 started.append(servers[role])
-        deadline = time.monotonic() + timeout
-        for s in started:
-            left = deadline - time.monotonic()
-            if left <= 0 and not s.probe():
-                raise ServerError(f"server not healthy after {timeout:.0f} s", s.log_path, s.log_tail())
-            s.wait_healthy(max(left, 0.1), progress=False)  # no bar: its redraws fill a notebook
+        if started:
+            wait_all_healthy(started, timeout)  # no bar: its redraws fill a notebook
     except BaseException:  # a crash, a timeout, Ctrl-C: nothing started here outlives the attempt
         for s in started:
             s.stop()
