@@ -1,5 +1,7 @@
 """Time limits that tests assert: CPU seconds, which a machine loaded by other work (or by the other
-pytest-xdist worker) does not change, with a wall-clock backstop several times longer for a hang."""
+pytest-xdist workers) changes far less than the wall clock, with a wall-clock backstop several times longer for a
+hang. Less, not nothing: beside four busy loops on the 2-core machine a pure-Python loop's CPU time stayed put, but
+a Lab 2 check's (small torch operations) grew from 0.78 s to 1.3 s (2026-11-29): a budget leaves room for that."""
 
 from __future__ import annotations
 
