@@ -4,12 +4,19 @@ node: seconds until both answer, one greedy request to each, and nothing left ru
     PACK=.sglang-pack . .sglang-pack/setup.sh; python3 benchmarks/gpu_lab_servers.py >> benchmarks/logs/gpu_lab_servers.log
 
 `lab_servers` starts the two at once and then waits for each (they used to start one after the other: 207.6 s on a
-fresh H200, 74.2 s on one that had started SGLang before; benchmarks/logs/gpu_notebooks.log, calls 8 and 4).
+fresh H200, 74.2 s on one that had started SGLang before; benchmarks/logs/gpu_notebooks.log, calls 8 and 4), unless
+a server's KV cache is a fraction of the memory it finds free (`--mem-fraction-static F`): then one after the other.
 Without SGLang it starts `specdec serve` on the CPU instead, as the notebooks do.
+
+`--crash`: the speculative server is given a flag it does not know, so that it exits at once while the plain one
+starts: how soon `lab_servers` says so (it used to wait until the plain one answered, then find the other dead) and
+that the plain one is stopped with it.
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -19,16 +26,20 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specdec import LaunchConfig, detect_backend, lab_servers, pid_alive, zoo_parts  # noqa: E402
-from specdec.serving.ops.lifecycle import session_members  # noqa: E402
+from specdec.serving.ops import room  # noqa: E402
+from specdec.serving.ops.lifecycle import ServerError, session_members  # noqa: E402
 
 K = 4  # the solution's: drafts per verify step, NEXTN with topk 1
 
 
-def configs(backend: str) -> tuple[LaunchConfig, LaunchConfig]:
-    """The Lab 3 solution's two configurations (solutions/03_sglang_live.ipynb, its set-up cell)."""
+def configs(backend: str, fraction: float | None = None) -> tuple[LaunchConfig, LaunchConfig]:
+    """The Lab 3 solution's two configurations (solutions/03_sglang_live.ipynb, its set-up cell); `fraction`: each
+    SGLang server's KV cache sized by --mem-fraction-static instead (then lab_servers starts them one after the other)."""
     if backend == "sglang":
         model = str(zoo_parts("tiny")["target"])
-        gpu = dict(attention_backend="triton", mem_fraction_static=0.3, cuda_graph_max_bs=16)
+        gpu = dict(attention_backend="triton", cuda_graph_max_bs=16)
+        if fraction is not None:
+            gpu["mem_fraction_static"] = fraction
     else:
         model, gpu = "tiny", {}
     plain = LaunchConfig(model, "none", backend=backend, max_running_requests=8, **gpu)
@@ -37,15 +48,44 @@ def configs(backend: str) -> tuple[LaunchConfig, LaunchConfig]:
     return plain, spec
 
 
+def crash(backend: str, plain_cfg: LaunchConfig, spec_cfg: LaunchConfig) -> int:
+    """The speculative server exits at start (an unknown flag): the seconds until lab_servers raises, and what is left."""
+    bad = dataclasses.replace(spec_cfg, extra_args=("--no-such-flag",))
+    started = []  # every server lab_servers starts, seen on its way out of room.start
+    room.start = lambda cfg, _start=room.start: started.append(_start(cfg)) or started[-1]
+    t0 = time.perf_counter()
+    try:
+        lab_servers(plain_cfg, bad, timeout=600, environ={})
+    except ServerError as exc:
+        error, after = str(exc).splitlines()[0], time.perf_counter() - t0
+    else:
+        print(f"{backend}: the speculative server started with --no-such-flag", flush=True)
+        return 1
+    left = sorted({q for server in started for q in session_members(server.pid, server.ticks)} |
+                  {server.pid for server in started if pid_alive(server.pid)})
+    out = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "backend": backend, "crash": True,
+           "error_after_s": round(after, 1), "error": error, "left_running": left}
+    print(json.dumps(out), flush=True)
+    print(f"{backend}: the crashed start reported after {after:.1f} s ({error}); left running: {left or 'none'}", flush=True)
+    return 1 if left or len(started) != 2 else 0
+
+
 def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--crash", action="store_true", help="the speculative server exits at start: how soon it is said")
+    p.add_argument("--mem-fraction-static", type=float, default=None,
+                   help="size each SGLang server's KV cache by this fraction (they then start one after the other)")
+    args = p.parse_args()
     backend = detect_backend()
-    plain_cfg, spec_cfg = configs(backend)
+    plain_cfg, spec_cfg = configs(backend, args.mem_fraction_static)
+    if args.crash:
+        return crash(backend, plain_cfg, spec_cfg)
     t0 = time.perf_counter()
     plain, spec = lab_servers(plain_cfg, spec_cfg, timeout=600, environ={})
     ready = time.perf_counter() - t0
     members = set(session_members(plain.pid)) | set(session_members(spec.pid))
     out = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "backend": backend,
-           "both_answer_s": round(ready, 1), "start_gap_s": round(abs(spec.ticks - plain.ticks) / os.sysconf("SC_CLK_TCK"), 2)}
+           "mem_fraction_static": args.mem_fraction_static, "both_answer_s": round(ready, 1), "start_gap_s": round(abs(spec.ticks - plain.ticks) / os.sysconf("SC_CLK_TCK"), 2)}
     try:
         for name, server in (("plain", plain), ("speculative", spec)):
             r = server.client().generate("def fib(n):", max_new_tokens=32, temperature=0.0)

@@ -256,3 +256,13 @@ def test_start_hands_the_config_environment_to_the_server(monkeypatch, tmp_path)
             assert seen in server.log_path.read_text()
         finally:
             server.stop(grace=2)
+
+
+def test_a_server_sized_by_a_fraction_of_free_memory_is_told_apart():
+    """room.lab_servers starts such SGLang servers one after the other (LaunchConfig.sized_by_fraction)."""
+    assert LaunchConfig("/m", backend="sglang", mem_fraction_static=0.3).sized_by_fraction()
+    assert LaunchConfig("/m", backend="sglang", extra_args=("--mem-fraction-static=0.5",)).sized_by_fraction()
+    assert LaunchConfig("/m", backend="sglang", extra_args=("--mem-fraction-static", "0.5")).sized_by_fraction()
+    assert not LaunchConfig("/m", backend="sglang").sized_by_fraction()  # the course's default: a cap in tokens
+    assert not LaunchConfig("/m", backend="sglang", max_total_tokens=65536).sized_by_fraction()
+    assert not LaunchConfig("tiny", backend="specdec", mem_fraction_static=0.3).sized_by_fraction()

@@ -328,6 +328,28 @@ def test_lab_servers_start_both_at_once_and_a_crash_stops_the_other():
     assert processes_with(" ".join(waiting)) == [], "the plain server outlived the failed start"
 
 
+def test_servers_sized_by_a_fraction_of_free_memory_start_one_after_the_other(monkeypatch):
+    """SGLang servers whose KV cache is a fraction of the memory each finds free cannot start side by side (on an
+    H200 the second counted the first's cache as its own weights and exited): lab_servers starts the second once
+    the first answers. Stand-ins take the SGLang servers' place; the plain one answers after 3 s."""
+    import specdec.serving.ops.room as room_module
+
+    sglang = dict(backend="sglang", mem_fraction_static=0.3)
+    plain_cfg = LaunchConfig("/models/tiny", **sglang)
+    spec_cfg = LaunchConfig("/models/tiny", "NEXTN", num_steps=3, topk=1, num_draft_tokens=4, **sglang)
+    assert plain_cfg.sized_by_fraction() and spec_cfg.sized_by_fraction()
+    stand_ins = {plain_cfg: standin_command("--plain", "--startup-delay", "3"), spec_cfg: standin_command()}
+    real_start = room_module.start
+    monkeypatch.setattr(room_module, "start", lambda cfg: real_start(stand_ins[cfg]))
+    plain, spec = lab_servers(plain_cfg, spec_cfg, timeout=60, environ={}, report=lambda line: None)
+    try:
+        hz = os.sysconf("SC_CLK_TCK")
+        assert (spec.ticks - plain.ticks) / hz >= 3, (plain.ticks, spec.ticks)  # after the plain one's 3 s
+    finally:
+        plain.stop(), spec.stop()
+    assert gone([plain.pid, spec.pid]) == []
+
+
 @pytest.mark.slow
 def test_lab_3_runs_on_a_two_student_room_and_leaves_the_room_running(tmp_path, inline_plots):
     """The CI run of a class: `specdec room` as a script starts it (SIGINT ignored), student 1 pastes their line

@@ -199,6 +199,15 @@ class LaunchConfig:
     def resolved_backend(self) -> str:
         return detect_backend() if self.backend == "auto" else self.backend
 
+    def sized_by_fraction(self) -> bool:
+        """An SGLang server whose KV cache is a fraction of the memory it finds free when it starts
+        (mem_fraction_static, or --mem-fraction-static among extra_args): it cannot start beside another server
+        that is allocating on the same GPU (serving/ops/gpu.py), so room.lab_servers starts such servers one after
+        the other. Without a fraction, the course's default caps each cache in tokens (kv_pool_default)."""
+        flag = "--mem-fraction-static"
+        return self.resolved_backend() == "sglang" and (self.mem_fraction_static is not None or any(
+            a == flag or a.startswith(flag + "=") for a in self.extra_args))
+
     def environment(self) -> dict[str, str]:
         """What this server's environment adds: SGLang times its decode steps (/server_info's step_time_dict, which
         Lab 3's step costs and crossover read; off by default in SGLang). specdec serve always times them."""

@@ -223,14 +223,20 @@ def lab_servers(plain_cfg: LaunchConfig, spec_cfg: LaunchConfig, timeout: float 
     started: list[Server] = []
     try:
         # Both at once, then wait for each: an SGLang start takes a minute or two (on a fresh H200, 207.6 s for the two
-        # one after the other, 105.3 s together), and the two overlap. Memory allows it: each takes its fraction of
-        # the GPU's total (mem_fraction_static).
+        # one after the other, 105.3 s together). Not where a server sizes its KV cache by a fraction of the memory it
+        # finds free: started beside another one that is allocating, it counts the other's memory as its own weights
+        # (a fresh H200, 2026-11-29: "Loaded weights leave no GPU memory for the KV cache under
+        # --mem-fraction-static=0.3"); those start one after the other, the second once the first answers.
+        together = not any(isinstance(c, LaunchConfig) and c.sized_by_fraction() for c in (plain_cfg, spec_cfg))
+        deadline = time.monotonic() + timeout
         for role, cfg in (("plain", plain_cfg), ("speculative", spec_cfg)):
             if role not in servers:
                 servers[role] = start(cfg)
                 started.append(servers[role])
-        if started:
-            wait_all_healthy(started, timeout)  # no bar: its redraws fill a notebook
+                if not together:
+                    wait_all_healthy([servers[role]], max(deadline - time.monotonic(), 0.1))
+        if started:  # no bar: its redraws fill a notebook
+            wait_all_healthy(started, max(deadline - time.monotonic(), 0.1))
     except BaseException:  # a crash, a timeout, Ctrl-C: nothing started here outlives the attempt
         for s in started:
             s.stop()
