@@ -157,14 +157,15 @@ def test_the_rehearsal_the_guide_reports_is_in_its_log():
                  "grade_lab1.json: 01_simulated_loop.ipynb 20 / 20", "final loss nan", "illegal memory access",
                  "servers still running: none (of the 2 this notebook started)", "both servers answer after 207.6 s",
                  "== execute solutions/03_sglang_live.ipynb: rc=0 in 307 s",
-                 "concurrency 1: plain step 1.48 ms, speculative step 3.96 ms"):
+                 "concurrency 1: plain step 1.48 ms, speculative step 3.96 ms", "both servers answer after 134.6 s",
+                 "== execute solutions/03_sglang_live.ipynb: rc=0 in 236 s"):
         assert line in log, line
     together = (ROOT / "benchmarks" / "logs" / "gpu_lab_servers.log").read_text()
     assert "sglang: both servers answer after 105.3 s (started 0.0 s apart); left running: none" in together
     assert "sglang: both servers answer after 142.2 s (started 0.0 s apart); left running: none" in together
     assert "ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.3" in together
     for figure in ("80 s", "29 s", "27 s", "74.2 s", "179 s", "262 s", "`16 / 16`", "`19 / 19`", "`20 / 20`", "207.6 s",
-                   "307 s", "plain step 1.48 ms, speculative step 3.96 ms", "105.3 s", "142.2 s",
+                   "307 s", "plain step 1.48 ms, speculative step 3.96 ms", "105.3 s", "142.2 s", "134.6 s", "236 s",
                    "Loaded weights leave no GPU memory for the KV cache"):
         assert figure in section, figure
 
