@@ -5,8 +5,10 @@ How SGLang sizes its memory (0.5.16, model_runner's profile_max_num_token): at s
 the memory free on its GPU, T; after loading its weights it keeps for its KV cache what is still free
 minus T * (1 - mem_fraction_static), then caps that at --max-total-tokens. The fraction is therefore
 relative to what each server saw free when it started, and a server that starts while another is
-allocating sees less free than it noted and fails ("Not enough memory"). Several servers starting
-together on one GPU are sized by --max-total-tokens instead (memory_plan).
+allocating sees less free than it noted and fails ("Not enough memory"; 0.5.16 on an H200, Lab 3's two
+servers at 0.3: "Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.3",
+benchmarks/logs/gpu_lab_servers.log). Several servers starting together on one GPU are sized by
+--max-total-tokens instead (memory_plan; room.lab_servers starts fraction-sized ones one after the other).
 """
 
 from __future__ import annotations
