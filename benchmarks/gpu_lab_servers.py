@@ -85,7 +85,8 @@ def main() -> int:
     ready = time.perf_counter() - t0
     members = set(session_members(plain.pid)) | set(session_members(spec.pid))
     out = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "backend": backend,
-           "mem_fraction_static": args.mem_fraction_static, "both_answer_s": round(ready, 1), "start_gap_s": round(abs(spec.ticks - plain.ticks) / os.sysconf("SC_CLK_TCK"), 2)}
+           "mem_fraction_static": args.mem_fraction_static, "both_answer_s": round(ready, 1),
+           "start_gap_s": round(abs(spec.ticks - plain.ticks) / os.sysconf("SC_CLK_TCK"), 2)}
     try:
         for name, server in (("plain", plain), ("speculative", spec)):
             r = server.client().generate("def fib(n):", max_new_tokens=32, temperature=0.0)

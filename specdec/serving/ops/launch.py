@@ -204,9 +204,8 @@ class LaunchConfig:
         (mem_fraction_static, or --mem-fraction-static among extra_args): it cannot start beside another server
         that is allocating on the same GPU (serving/ops/gpu.py), so room.lab_servers starts such servers one after
         the other. Without a fraction, the course's default caps each cache in tokens (kv_pool_default)."""
-        flag = "--mem-fraction-static"
-        return self.resolved_backend() == "sglang" and (self.mem_fraction_static is not None or any(
-            a == flag or a.startswith(flag + "=") for a in self.extra_args))
+        return self.resolved_backend() == "sglang" and (
+            self.mem_fraction_static is not None or _has_flag(self.extra_args, "--mem-fraction-static"))
 
     def environment(self) -> dict[str, str]:
         """What this server's environment adds: SGLang times its decode steps (/server_info's step_time_dict, which
@@ -327,7 +326,7 @@ class LaunchConfig:
         """
         extra = self.extra_args
         if self.mem_fraction_static is not None or self.max_total_tokens is not None or any(
-                a == f or a.startswith(f + "=") for a in extra for f in MEMORY_FLAGS):
+                _has_flag(extra, f) for f in MEMORY_FLAGS):
             return None
         config = read_config(self.model) if Path(self.model).is_dir() else {}
         rows = self.max_running_requests or DEFAULT_ROWS
@@ -369,6 +368,11 @@ class KvPool:
                      f"{size(self.tokens * self.kv_bytes_per_token)} beside {size(self.weights_bytes)} of weights")
         return (text + ". Uncapped, SGLang fills the GPU with the target's pool, and neither the draft's pool nor "
                 "a second server finds room; give --max-total-tokens or --mem-fraction-static to size it yourself")
+
+
+def _has_flag(args: tuple[str, ...], flag: str) -> bool:
+    """`flag` among pass-through arguments, as `flag V` or `flag=V`."""
+    return any(a == flag or a.startswith(flag + "=") for a in args)
 
 
 def _flag_value(args: tuple[str, ...], flag: str) -> int | None:
