@@ -2,6 +2,7 @@
 speculation stops paying at a known concurrency), the comparison, the crossover, the prediction from
 step costs (step_time_dict or measured TPOT), the plots, and the command line."""
 
+import gc
 import json
 import math
 import sys
@@ -43,6 +44,13 @@ def sweeps(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv(RUN_DIR_ENV, str(tmp_path_factory.mktemp("run")))
     cfg = dict(categories=("code", "open"), concurrency=(1, 8, 16), max_new_tokens=8, warmup=1, min_run_s=MIN_RUN_S)
+    # The sweeps' clients run in this test process, whose heap holds what every earlier test on its worker left
+    # (torch.compile's caches among it): a full collection of it took 0.1 to 0.35 s quiet, more on a loaded machine,
+    # and one inside a 1.5 s run at concurrency 1 widened its interval past 1 (twice in two full runs on 2026-11-29:
+    # speedup 1.42, interval 0.98-1.85). `specdec bench` starts with a small heap; frozen, this one is left out
+    # (and stays so: unfreezing would also thaw what tests/conftest.py froze after collecting).
+    gc.collect()
+    gc.freeze()
     # Both sweeps at once, one thread each: the stand-ins spend their steps asleep (a run is MIN_RUN_S or more of
     # sleeps, 20 s the two sweeps one after the other), so each measures what it did alone.
     with launch(standin("--plain", "--step-cost", f"{A},{B_PLAIN}"), progress=False) as base, \
