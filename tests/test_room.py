@@ -183,6 +183,37 @@ def test_a_server_that_fails_to_start_is_named_and_the_others_are_stopped(tmp_pa
     assert gone(sessions(state)) == [] and not (tmp_path / "room.json").exists()
 
 
+def test_a_server_that_dies_after_answering_fails_the_start_and_the_wait_is_reported(tmp_path):
+    """The room's wait is lifecycle.wait_all_healthy's: a server that answered and then died while another was still
+    starting fails the start as well (named, with its log), and the room says whom it waits for every `every` s."""
+    seats = [Seat("student-01", ServerCommand((sys.executable, str(STANDIN), "--port", "{port}", "--crash-after", "1.5"),
+                                               port=31710)),
+             Seat("student-02", ServerCommand((sys.executable, str(STANDIN), "--port", "{port}", "--startup-delay", "60"),
+                                               port=31711))]
+    lines = []
+    with pytest.raises(RoomError) as err, Room(seats, tmp_path / "room.json", grace=2, report=lines.append) as room:
+        room.start()
+        state = read_state(tmp_path / "room.json")
+        room.wait_healthy(timeout=30, every=0.5)
+    assert str(err.value).startswith("student-01 (http://127.0.0.1:31710) exited with status 3 while the others were "
+                                     "starting; log "), str(err.value)
+    assert any(ln.startswith("  student-01 ready at http://127.0.0.1:31710") for ln in lines), lines
+    assert any(ln.startswith("  waiting for 1: student-02 (") for ln in lines), lines
+    assert gone(sessions(state)) == [] and not (tmp_path / "room.json").exists()
+
+
+def test_a_room_that_is_not_up_in_time_names_every_server_it_waits_for(tmp_path):
+    seats = [Seat(f"student-0{i + 1}", ServerCommand((sys.executable, str(STANDIN), "--port", "{port}", *options),
+                                                     port=31720 + i))
+             for i, options in enumerate([(), ("--startup-delay", "60"), ("--startup-delay", "60")])]
+    lines = []
+    with pytest.raises(RoomError) as err, Room(seats, tmp_path / "room.json", grace=2, report=lines.append) as room:
+        room.start()
+        room.wait_healthy(timeout=2)
+    assert str(err.value).startswith("not healthy after 2 s: student-02, student-03\n--- student-02: "), str(err.value)
+    assert sum("ready at" in ln for ln in lines) == 1
+
+
 @pytest.mark.slow
 def test_the_command_reports_a_server_that_cannot_start(tmp_path):
     r = specdec_cli("room", "--students", "2", "--engine", "specdec", "--model", str(tmp_path / "no-model"),

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,8 +42,8 @@ class ServerCommand:
 class ServerError(RuntimeError):
     """The server did not come up (or died): the message ends with the last lines of its log."""
 
-    def __init__(self, message: str, log_path: Path | None = None, log_tail: str = ""):
-        self.log_path, self.log_tail = log_path, log_tail
+    def __init__(self, message: str, log_path: Path | None = None, log_tail: str = "", server: Server | None = None):
+        self.log_path, self.log_tail, self.server = log_path, log_tail, server
         where = f" (log: {log_path})" if log_path else ""
         super().__init__(f"{message}{where}" + (f"\n--- last lines of the log ---\n{log_tail}" if log_tail else ""))
 
@@ -262,10 +262,15 @@ class Server:
         wait_all_healthy([self], timeout, progress)
 
 
-def wait_all_healthy(servers: list[Server], timeout: float, progress: bool = False) -> None:
-    """Wait for servers started together until each answers /health_generate; raise ServerError as soon as any
-    of them exits or the time runs out, whichever server it is (not once those before it are up)."""
-    t0, waiting = time.monotonic(), list(servers)
+def wait_all_healthy(servers: list[Server], timeout: float, progress: bool = False,
+                     on_ready: Callable[[Server, float], None] | None = None,
+                     on_wait: Callable[[list[Server], float], None] | None = None, every: float = 10.0) -> None:
+    """Wait for servers started together until each answers /health_generate; raise ServerError (its `server`: the
+    one that failed) as soon as any of them exits or the time runs out, whichever server it is (not once those
+    before it are up). on_ready(server, seconds) as each answers; on_wait(those still waiting, seconds) every
+    `every` seconds while any is (a room's report)."""
+    t0 = last = time.monotonic()
+    waiting = list(servers)
     desc = f"starting {servers[0].url}" if len(servers) == 1 else f"starting {len(servers)} servers"
     # mininterval: an SGLang start takes a minute or two; a notebook's captured output keeps every redraw
     with tqdm(total=round(timeout), unit="s", desc=desc, disable=not progress, leave=False,
@@ -275,17 +280,24 @@ def wait_all_healthy(servers: list[Server], timeout: float, progress: bool = Fal
                 if server.process.poll() is not None:
                     when = "before it was healthy" if server in waiting else "while the others were starting"
                     raise ServerError(f"server exited with status {server.process.returncode} {when}",
-                                      server.log_path, server.log_tail())
+                                      server.log_path, server.log_tail(), server)
             for server in list(waiting):
                 elapsed = time.monotonic() - t0
                 if elapsed > timeout:
-                    raise ServerError(f"server not healthy after {timeout:.0f} s", server.log_path, server.log_tail())
+                    raise ServerError(f"server not healthy after {timeout:.0f} s", server.log_path, server.log_tail(),
+                                      server)
                 if server.probe(min(10.0, timeout - elapsed + 0.1)):
                     waiting.remove(server)
+                    if on_ready:
+                        on_ready(server, time.monotonic() - t0)
             if waiting:
-                bar.update(min(timeout, time.monotonic() - t0) - bar.n)
+                now = time.monotonic()
+                bar.update(min(timeout, now - t0) - bar.n)
+                if on_wait and now - last >= every:
+                    on_wait(waiting, now - t0)
+                    last = now
                 # A specdec serve is up in seconds, SGLang in a minute or two; a refused probe costs ~2 ms of CPU
-                elapsed = time.monotonic() - t0
+                elapsed = now - t0
                 time.sleep(0.05 if elapsed < 2 else 0.1 if elapsed < 30 else 0.5)
 
 

@@ -336,29 +336,32 @@ class Room:
 
     def wait_healthy(self, timeout: float, every: float = 10.0) -> float:
         """Until every server can generate; RoomError (with its log's last lines) if one exits or time runs out."""
-        t0 = last = time.monotonic()
-        waiting = [s.name for s in self.seats]
-        self.report(f"starting {len(waiting)} server{'' if len(waiting) == 1 else 's'} (logs in {self.logs})")
-        while waiting:
-            for name in list(waiting):
-                server = self.servers[name]
-                if not server.alive():
-                    raise RoomError(f"{name} ({server.url}) exited with status {server.process.returncode} before it "
-                                    f"was healthy; log {server.log_path}; last lines:\n{server.log_tail(15)}")
-                if server.probe(timeout=5.0):
-                    waiting.remove(name)
-                    self.report(f"  {name} ready at {server.url} ({time.monotonic() - t0:.0f} s; "
-                                f"{len(self.seats) - len(waiting)}/{len(self.seats)})")
-            now = time.monotonic()
-            if waiting and now - t0 > timeout:
-                tails = "\n".join(f"--- {n}: {self.servers[n].log_path}\n{self.servers[n].log_tail(5)}" for n in waiting)
-                raise RoomError(f"not healthy after {timeout:.0f} s: {', '.join(waiting)}\n{tails}")
-            if waiting and now - last >= every:
-                self.report(f"  waiting for {len(waiting)}: {', '.join(waiting[:6])}{' ...' if len(waiting) > 6 else ''} "
-                            f"({now - t0:.0f} s)")
-                last = now
-            if waiting:
-                time.sleep(0.25)
+        t0, total = time.monotonic(), len(self.seats)
+        name = {id(server): n for n, server in self.servers.items()}
+        ready: list[str] = []
+        self.report(f"starting {total} server{'' if total == 1 else 's'} (logs in {self.logs})")
+
+        def on_ready(server: Server, seconds: float) -> None:
+            ready.append(name[id(server)])
+            self.report(f"  {ready[-1]} ready at {server.url} ({seconds:.0f} s; {len(ready)}/{total})")
+
+        def on_wait(waiting: list[Server], seconds: float) -> None:
+            names = [name[id(s)] for s in waiting]
+            self.report(f"  waiting for {len(names)}: {', '.join(names[:6])}{' ...' if len(names) > 6 else ''} "
+                        f"({seconds:.0f} s)")
+
+        try:
+            wait_all_healthy([self.servers[s.name] for s in self.seats], timeout, on_ready=on_ready, on_wait=on_wait,
+                             every=every)
+        except ServerError as exc:
+            server = exc.server
+            if server is not None and not server.alive():
+                when = "while the others were starting" if name[id(server)] in ready else "before it was healthy"
+                raise RoomError(f"{name[id(server)]} ({server.url}) exited with status {server.process.returncode} "
+                                f"{when}; log {server.log_path}; last lines:\n{server.log_tail(15)}") from None
+            waiting = [s.name for s in self.seats if s.name not in ready]
+            tails = "\n".join(f"--- {n}: {self.servers[n].log_path}\n{self.servers[n].log_tail(5)}" for n in waiting)
+            raise RoomError(f"not healthy after {timeout:.0f} s: {', '.join(waiting)}\n{tails}") from None
         return time.monotonic() - t0
 
     def watch(self, every: float = 1.0) -> None:
