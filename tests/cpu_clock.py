@@ -5,6 +5,7 @@ a Lab 2 check's (small torch operations) grew from 0.78 s to 1.3 s (2026-11-29):
 
 from __future__ import annotations
 
+import gc
 import resource
 import time
 from contextlib import contextmanager
@@ -53,6 +54,10 @@ class Took:
 def timed() -> Iterator[Took]:
     """with timed() as took: ...  then took.cpu and took.wall are the block's seconds."""
     took = Took()
+    # A full collection now, not inside the block: one of a test worker's heap took 0.5 to 1.5 s in a loaded run
+    # (2026-11-29), as long as a short block's whole budget; after this one the next is tens of thousands of
+    # allocations away.
+    gc.collect()
     cpu0, wall0 = cpu_seconds(), time.monotonic()
     try:
         yield took
